@@ -9,7 +9,7 @@ ROOT=$PWD
 DEPS=$ROOT/.deps
 
 APT_PACKAGES=(build-essential cmake pkg-config git libgtest-dev libgmock-dev
-  libbenchmark-dev nlohmann-json3-dev libicu-dev libcpp-httplib-dev python3-numpy
+  libbenchmark-dev libcli11-dev nlohmann-json3-dev libicu-dev libcpp-httplib-dev python3-numpy
   libpython3.11-stdlib)
 
 missing=()
@@ -51,4 +51,6 @@ if [ ! -d "$DEPS/llama.cpp/.git" ]; then
   rm -rf "$DEPS/llama.cpp"
   git clone -q "$DEPS/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$DEPS/llama.cpp"
 fi
+# The llama.cpp peer harness (an oracle, never part of efim's own build).
+"$ROOT/scripts/build_llama_ref.sh"
 echo "deps: ok"

@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""Writes a llama-shaped model with random weights in Hugging Face layout, for benchmarks.
+
+Default shape (~101M parameters): hidden 768, 12 layers, 12 heads (head dim 64), 4 KV heads,
+SwiGLU MLP 2048, vocab 16384 (efim-base-py's tokenizer, so llama.cpp and efim can both load the
+converted GGUF), untied output. Weights ~ N(0, 0.02) in bf16, norms 1. Deterministic for a seed.
+
+usage: make_bench_model.py OUT_DIR [--tokenizer tokenizer.json] [--seed 0]
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+
+import numpy as np
+
+
+def to_bf16(a):
+    """float32 -> bfloat16 bits (round to nearest even)."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    u = u + 0x7FFF + ((u >> 16) & 1)
+    return (u >> 16).astype(np.uint16)
+
+
+def write_safetensors(path, tensors):
+    """tensors: list of (name, uint16 bf16 array). Writes one safetensors file."""
+    header, offset = {}, 0
+    for name, arr in tensors:
+        header[name] = {"dtype": "BF16", "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + arr.nbytes]}
+        offset += arr.nbytes
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for _, arr in tensors:
+            f.write(arr.tobytes())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--tokenizer", default=os.path.join(os.path.dirname(__file__), "..",
+                                                        "tests", "data", "efim-base-py",
+                                                        "tokenizer.json"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--intermediate", type=int, default=2048)
+    args = ap.parse_args()
+
+    vocab = len(json.load(open(args.tokenizer))["model"]["vocab"])
+    h, hd = args.hidden, args.hidden // args.heads
+    kv = args.kv_heads * hd
+    rng = np.random.default_rng(args.seed)
+
+    def w(*shape):
+        return to_bf16(rng.standard_normal(shape, dtype=np.float32) * 0.02)
+
+    ones = to_bf16(np.ones(h, dtype=np.float32))
+    tensors = [("model.embed_tokens.weight", w(vocab, h))]
+    for i in range(args.layers):
+        p = f"model.layers.{i}."
+        tensors += [
+            (p + "input_layernorm.weight", ones),
+            (p + "self_attn.q_proj.weight", w(h, h)),
+            (p + "self_attn.k_proj.weight", w(kv, h)),
+            (p + "self_attn.v_proj.weight", w(kv, h)),
+            (p + "self_attn.o_proj.weight", w(h, h)),
+            (p + "post_attention_layernorm.weight", ones),
+            (p + "mlp.gate_proj.weight", w(args.intermediate, h)),
+            (p + "mlp.up_proj.weight", w(args.intermediate, h)),
+            (p + "mlp.down_proj.weight", w(h, args.intermediate)),
+        ]
+    tensors += [("model.norm.weight", ones), ("lm_head.weight", w(vocab, h))]
+
+    os.makedirs(args.out, exist_ok=True)
+    write_safetensors(os.path.join(args.out, "model.safetensors"), tensors)
+    shutil.copy(args.tokenizer, os.path.join(args.out, "tokenizer.json"))
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "vocab_size": vocab, "hidden_size": h, "num_hidden_layers": args.layers,
+        "num_attention_heads": args.heads, "num_key_value_heads": args.kv_heads,
+        "intermediate_size": args.intermediate, "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "bfloat16",
+    }
+    json.dump(config, open(os.path.join(args.out, "config.json"), "w"), indent=1)
+    n_params = sum(int(np.prod(a.shape)) for _, a in tensors)
+    print(f"wrote {args.out}: {n_params / 1e6:.1f}M parameters")
+
+
+if __name__ == "__main__":
+    main()
