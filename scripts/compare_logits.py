@@ -1,0 +1,46 @@
+#!/usr/bin/python3
+"""Compares two raw float32 logits files [rows, vocab]; exits 1 when they differ by more than
+--atol (absolute) or when the argmax disagrees on more than --max-argmax-mismatch rows.
+
+usage: compare_logits.py A.f32 B.f32 --vocab V (--atol T | --std-tol F) [--label NAME]
+"""
+import argparse
+import sys
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("a")
+    ap.add_argument("b")
+    ap.add_argument("--vocab", type=int, required=True)
+    ap.add_argument("--atol", type=float, default=0.0, help="bound on max |diff|")
+    ap.add_argument("--std-tol", type=float, default=0.0,
+                    help="bound on max |diff| as a fraction of the logits' standard deviation")
+    ap.add_argument("--max-argmax-mismatch", type=int, default=0)
+    ap.add_argument("--label", default="")
+    args = ap.parse_args()
+    a = np.fromfile(args.a, dtype=np.float32).reshape(-1, args.vocab)
+    b = np.fromfile(args.b, dtype=np.float32).reshape(-1, args.vocab)
+    if a.shape != b.shape:
+        print(f"{args.label}: shapes differ {a.shape} vs {b.shape}")
+        return 1
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        print(f"{args.label}: non-finite logits")
+        return 1
+    diff = np.abs(a.astype(np.float64) - b)
+    bound = args.atol if args.atol > 0 else args.std_tol * float(a.std())
+    if bound <= 0:
+        print("give --atol or --std-tol")
+        return 2
+    mismatch = int((a.argmax(axis=1) != b.argmax(axis=1)).sum())
+    ok = diff.max() <= bound and mismatch <= args.max_argmax_mismatch
+    print(f"{args.label}: rows {a.shape[0]}, max|diff| {diff.max():.3g} (bound {bound:.3g}), "
+          f"mean|diff| {diff.mean():.3g}, logit std {a.std():.3g}, argmax mismatches {mismatch}"
+          f" -> {'ok' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+// `efim bench-model MODEL.gguf...`: prefill and single-sequence decode speed of efim next to
+// llama.cpp (the prebuilt library, through .deps/bin/llama_ref) on the same GGUF, in the same
+// run, with ratios and the share of this machine's measured FMA peak (prefill) and memory
+// bandwidth (decode).
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "app/commands.h"
+#include "app/loaded.h"
+#include "backend/cpu/peak.h"
+#include "base/error.h"
+#include "format/gguf.h"
+#include "model/config.h"
+
+namespace efim::app {
+namespace {
+
+struct BenchArgs {
+  std::vector<std::string> models;
+  std::string peer = ".deps/bin/llama_ref";
+  std::string json_out;
+  int prompt_len = 256, gen = 64, reps = 3, threads = 2;
+  bool no_peer = false;
+};
+
+struct Speed {
+  double prefill_tps = 0, decode_tps = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+using Clock = std::chrono::steady_clock;
+
+// One repetition of llama-bench's pp and tg tests: P random tokens in one step, then G tokens
+// decoded one at a time from an empty cache.
+Speed run_efim_once(Model& model, const BenchArgs& a, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(model.config().vocab - 1));
+  Speed s;
+  std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_len));
+  for (auto& t : prompt) t = tok(rng);
+  ContiguousSession pp(model, a.prompt_len);
+  auto t0 = Clock::now();
+  pp.eval(prompt);
+  s.prefill_tps = a.prompt_len / std::chrono::duration<double>(Clock::now() - t0).count();
+
+  ContiguousSession tg(model, a.gen);
+  t0 = Clock::now();
+  for (int i = 0; i < a.gen; ++i) tg.eval({tok(rng)});
+  s.decode_tps = a.gen / std::chrono::duration<double>(Clock::now() - t0).count();
+  return s;
+}
+
+Speed run_peer_once(const BenchArgs& a, const std::string& model) {
+  std::string cmd = a.peer + " bench '" + model + "' --prompt-len " + std::to_string(a.prompt_len) +
+                    " --gen " + std::to_string(a.gen) + " --threads " +
+                    std::to_string(a.threads) + " --reps 1 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  EFIM_CHECK(p, "cannot run the peer: ", cmd);
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  int rc = ::pclose(p);
+  EFIM_CHECK(rc == 0, "peer failed (exit ", rc, "): ", cmd);
+  auto j = nlohmann::json::parse(out);
+  return Speed{j.at("prefill_tps").get<double>(), j.at("decode_tps").get<double>()};
+}
+
+// Bytes a decode step streams: every weight except the embedding table (one row is read),
+// unless the output projection is tied to it.
+struct ModelCost {
+  double decode_bytes = 0;
+  double prefill_flops_per_token = 0;  // matmuls + attention at the benchmark's prompt length
+  std::string dtype;
+};
+
+ModelCost model_cost(const std::string& path, const ModelConfig& c, int prompt_len) {
+  GgufFile f = GgufFile::open(path);
+  ModelCost cost;
+  bool has_output = false;
+  double matmul_params = 0;
+  for (const auto& t : f.tensors()) {
+    if (t.name == "output.weight") has_output = true;
+    if (t.name == "blk.0.attn_q.weight") cost.dtype = std::string(dtype_name(t.dtype));
+  }
+  for (const auto& t : f.tensors()) {
+    double numel = 1;
+    for (auto d : t.dims) numel *= static_cast<double>(d);
+    bool embed = t.name == "token_embd.weight";
+    if (!embed || !has_output) cost.decode_bytes += static_cast<double>(t.nbytes);
+    if (t.dims.size() == 2 && (!embed || !has_output)) matmul_params += numel;
+  }
+  // Prefill of P tokens: 2 flops per matmul weight per token (the output head runs for the last
+  // token only, which the per-token figure ignores) plus causal attention, QK^T and PV:
+  // 2 * 2 * q_dim * (P + 1) / 2 per token and layer on average.
+  double head = static_cast<double>(c.vocab * c.hidden);
+  cost.prefill_flops_per_token = 2 * (matmul_params - head) +
+                                 2.0 * static_cast<double>(c.q_dim()) * (prompt_len + 1) *
+                                     static_cast<double>(c.n_layers);
+  return cost;
+}
+
+void run_bench(const BenchArgs& a) {
+  EFIM_CHECK(a.prompt_len > 0 && a.gen > 0 && a.reps > 0, "--prompt-len, --gen and --reps must be"
+             " positive");
+  bool peer = !a.no_peer;
+  if (peer)
+    EFIM_CHECK(std::filesystem::exists(a.peer), "peer harness '", a.peer, "' not found: run "
+               "scripts/build_llama_ref.sh (make deps), or pass --no-peer");
+  ThreadPool probe(a.threads);
+  double peak_gflops = cpu::measure_fma_peak_gflops(probe);
+  double bandwidth_gbs = cpu::measure_memory_bandwidth_gbs(probe);
+  std::printf("machine: FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s (%d threads)\n\n",
+              peak_gflops, bandwidth_gbs, a.threads);
+  std::printf("| model | dtype | test | efim tok/s | llama.cpp tok/s | ratio | efim share of peak |\n"
+              "|---|---|---|---|---|---|---|\n");
+  nlohmann::json report = nlohmann::json::array();
+  for (const auto& path : a.models) {
+    EFIM_CHECK(is_gguf_path(path), "bench-model needs .gguf files (the peer reads GGUF), got '",
+               path, "'");
+    LoadOptions lo;
+    lo.n_threads = a.threads;
+    auto model = Model::load(path, lo);
+    ModelCost cost = model_cost(path, model->config(), a.prompt_len);
+    std::mt19937 rng(0);
+    run_efim_once(*model, a, rng);  // warm-up (page in the weights)
+    std::vector<double> pp, tg, peer_pp, peer_tg;
+    for (int r = 0; r < a.reps; ++r) {  // interleaved so both see the same machine noise
+      Speed s = run_efim_once(*model, a, rng);
+      pp.push_back(s.prefill_tps);
+      tg.push_back(s.decode_tps);
+      if (peer) {
+        Speed p = run_peer_once(a, path);
+        peer_pp.push_back(p.prefill_tps);
+        peer_tg.push_back(p.decode_tps);
+      }
+    }
+    std::string name = std::filesystem::path(path).filename().string();
+    double e_pp = median(pp), e_tg = median(tg), p_pp = median(peer_pp), p_tg = median(peer_tg);
+    double pp_share = e_pp * cost.prefill_flops_per_token / 1e9 / peak_gflops;
+    double tg_share = e_tg * cost.decode_bytes / 1e9 / bandwidth_gbs;
+    auto row = [&](const char* test, double e, double p, double share, const char* of) {
+      std::printf("| %s | %s | %s | %.1f | %s | %s | %.0f%% of %s |\n", name.c_str(),
+                  cost.dtype.c_str(), test, e, peer ? std::to_string(p).substr(0, 8).c_str() : "-",
+                  peer ? std::to_string(e / p).substr(0, 5).c_str() : "-", 100 * share, of);
+    };
+    row(("prefill " + std::to_string(a.prompt_len)).c_str(), e_pp, p_pp, pp_share, "FMA peak");
+    row(("decode " + std::to_string(a.gen)).c_str(), e_tg, p_tg, tg_share, "bandwidth");
+    report.push_back({{"model", path}, {"dtype", cost.dtype}, {"prefill_tps", e_pp},
+                      {"decode_tps", e_tg}, {"peer_prefill_tps", p_pp}, {"peer_decode_tps", p_tg},
+                      {"prefill_share_of_fma_peak", pp_share},
+                      {"decode_share_of_bandwidth", tg_share}, {"fma_peak_gflops", peak_gflops},
+                      {"bandwidth_gbs", bandwidth_gbs}, {"threads", a.threads},
+                      {"prompt_len", a.prompt_len}, {"gen", a.gen}, {"reps", a.reps}});
+  }
+  if (!a.json_out.empty()) std::ofstream(a.json_out) << report.dump(1) << "\n";
+}
+
+}  // namespace
+
+void register_bench_model(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand("bench-model", "Prefill/decode tokens/s vs llama.cpp");
+  cmd->add_option("models", a->models, "GGUF files")->required();
+  cmd->add_option("--peer", a->peer, "llama_ref harness")->capture_default_str();
+  cmd->add_flag("--no-peer", a->no_peer, "Measure efim only");
+  cmd->add_option("--prompt-len", a->prompt_len, "Prefill tokens")->capture_default_str();
+  cmd->add_option("--gen", a->gen, "Decoded tokens")->capture_default_str();
+  cmd->add_option("--reps", a->reps, "Repetitions (median)")->capture_default_str();
+  cmd->add_option("-t,--threads", a->threads, "Threads for both engines")->capture_default_str();
+  cmd->add_option("--json", a->json_out, "Also write the results as JSON");
+  cmd->callback([a] { run_bench(*a); });
+}
+
+}  // namespace efim::app

@@ -1,0 +1,15 @@
+// Subcommands of the `efim` binary: each registers its options and its callback on the app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace efim::app {
+
+void register_inspect(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_convert(CLI::App& app);
+void register_bench_model(CLI::App& app);
+void register_logits(CLI::App& app);
+
+}  // namespace efim::app

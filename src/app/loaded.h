@@ -1,0 +1,29 @@
+// Opening what a user points efim at: a Hugging Face folder or a GGUF file, with its tokenizer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace efim::app {
+
+bool is_gguf_path(const std::string& path);
+
+// tokenizer.json inside a HF folder, or the GGUF's tokenizer metadata.
+Tokenizer load_tokenizer(const std::string& model_path);
+
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  Tokenizer tokenizer;
+};
+LoadedModel load_model(const std::string& path, int n_threads);
+
+// Reads --text or --file (exactly one must be given).
+std::string text_argument(const std::string& text, const std::string& file, const char* what);
+
+// Parses "1 2 3" or "1,2,3"; every id must be in [0, vocab).
+std::vector<int32_t> parse_token_ids(const std::string& text, int32_t vocab);
+
+}  // namespace efim::app
