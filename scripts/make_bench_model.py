@@ -43,7 +43,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--tokenizer", default=os.path.join(os.path.dirname(__file__), "..",
-                                                        "tests", "data", "efim-base-py",
+                                                        "tests", "tokenizer", "data", "efim-base-py",
                                                         "tokenizer.json"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hidden", type=int, default=768)

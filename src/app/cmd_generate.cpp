@@ -61,13 +61,14 @@ void run_generate(const GenerateArgs& a) {
   int generated = 0;
   for (; generated < a.n_predict; ++generated) {
     int32_t next = sampler.sample(logits);
+    const bool stop = !a.ignore_eos && is_eos(next);  // the end token is not printed as text
     if (a.print_ids) {
       std::printf(generated ? " %d" : "%d", next);
-    } else {
+    } else if (!stop) {
       std::fputs(decoder.push(next).c_str(), stdout);
     }
     std::fflush(stdout);
-    if (!a.ignore_eos && is_eos(next)) {
+    if (stop) {
       ++generated;
       break;
     }

@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""Writes tiny random Llama-family checkpoints in Hugging Face layout, for parity tests.
+
+Usage: make_tiny_model.py OUT_DIR --kind {llama,qwen2} [--dtype {f32,bf16}] [--seed N] [--shards N]
+
+  llama: GQA (4 heads, 2 KV heads, head dim 16), llama3 RoPE scaling chosen so that the
+         high-, medium- and low-frequency branches all occur, untied lm_head.
+  qwen2: q/k/v biases, tied input/output embeddings, GQA.
+
+Weights are drawn from a seeded numpy generator (float64), then stored as f32 or bf16 (round to
+nearest even). Only numpy and the standard library are used.
+"""
+import argparse
+import json
+import os
+import struct
+
+import numpy as np
+
+KINDS = {
+    "llama": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
+        vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=96, max_position_embeddings=128,
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+        attention_bias=False, mlp_bias=False, bos_token_id=1, eos_token_id=2,
+        # wavelengths of the 8 frequencies: 6.3, 19.9, 62.8, ...; high-frequency cut 32/4 = 8,
+        # low-frequency cut 32/1 = 32: one unscaled, one smoothed, six scaled frequencies.
+        rope_scaling=dict(rope_type="llama3", factor=4.0, low_freq_factor=1.0,
+                          high_freq_factor=4.0, original_max_position_embeddings=32),
+    ),
+    "qwen2": dict(
+        architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
+        vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=96, max_position_embeddings=256,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+        use_sliding_window=False, bos_token_id=None, eos_token_id=[5, 7],
+    ),
+}
+
+
+def f32_to_bf16_bits(a):
+    """Round float32 values to bfloat16 (nearest even); returns uint16 bit patterns."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def make_tensors(cfg, rng):
+    """Returns {hf_name: float64 array} for a random model with config cfg."""
+    h, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = h // nh
+    vocab = cfg["vocab_size"]
+    qwen = cfg["model_type"] == "qwen2"
+
+    def mat(rows, cols):  # std 1/sqrt(fan_in): activations keep unit scale through layers
+        return rng.standard_normal((rows, cols)) / np.sqrt(cols)
+
+    def norm(n):
+        return 1.0 + 0.2 * rng.standard_normal(n)
+
+    t = {"model.embed_tokens.weight": rng.standard_normal((vocab, h))}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = norm(h)
+        t[p + "self_attn.q_proj.weight"] = 2.0 * mat(nh * hd, h)  # sharper attention
+        t[p + "self_attn.k_proj.weight"] = 2.0 * mat(nkv * hd, h)
+        t[p + "self_attn.v_proj.weight"] = mat(nkv * hd, h)
+        t[p + "self_attn.o_proj.weight"] = mat(h, nh * hd)
+        if qwen:
+            t[p + "self_attn.q_proj.bias"] = 0.5 * rng.standard_normal(nh * hd)
+            t[p + "self_attn.k_proj.bias"] = 0.5 * rng.standard_normal(nkv * hd)
+            t[p + "self_attn.v_proj.bias"] = 0.5 * rng.standard_normal(nkv * hd)
+        t[p + "post_attention_layernorm.weight"] = norm(h)
+        t[p + "mlp.gate_proj.weight"] = mat(inter, h)
+        t[p + "mlp.up_proj.weight"] = mat(inter, h)
+        t[p + "mlp.down_proj.weight"] = mat(h, inter)
+    t["model.norm.weight"] = norm(h)
+    if not cfg["tie_word_embeddings"]:
+        t["lm_head.weight"] = 2.0 * mat(vocab, h)
+    return t
+
+
+def encode(arr, dtype):
+    if dtype == "f32":
+        return "F32", np.ascontiguousarray(arr, dtype="<f4").tobytes()
+    return "BF16", f32_to_bf16_bits(arr.astype(np.float32)).astype("<u2").tobytes()
+
+
+def write_safetensors(path, entries):
+    """entries: list of (name, st_dtype, shape, bytes)."""
+    header, offset = {}, 0
+    for name, st_dtype, shape, data in entries:
+        header[name] = {"dtype": st_dtype, "shape": list(shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    header["__metadata__"] = {"format": "pt"}
+    hjson = json.dumps(header, separators=(",", ":")).encode()
+    hjson += b" " * ((8 - len(hjson) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hjson)))
+        f.write(hjson)
+        for _, _, _, data in entries:
+            f.write(data)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--kind", choices=sorted(KINDS), required=True)
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--shards", type=int, default=1)
+    args = ap.parse_args()
+
+    cfg = dict(KINDS[args.kind])
+    cfg["torch_dtype"] = "float32" if args.dtype == "f32" else "bfloat16"
+    rng = np.random.default_rng(args.seed)
+    tensors = make_tensors(cfg, rng)
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    entries = []
+    for name, arr in tensors.items():
+        st_dtype, data = encode(arr, args.dtype)
+        entries.append((name, st_dtype, arr.shape, data))
+    if args.shards <= 1:
+        write_safetensors(os.path.join(args.out_dir, "model.safetensors"), entries)
+        return
+    n = args.shards
+    weight_map = {}
+    for s in range(n):
+        fname = f"model-{s + 1:05d}-of-{n:05d}.safetensors"
+        part = entries[s::n]
+        write_safetensors(os.path.join(args.out_dir, fname), part)
+        for e in part:
+            weight_map[e[0]] = fname
+    with open(os.path.join(args.out_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+// ModelConfig: the normalised hyper-parameters of a Llama-family decoder, whatever file it came
+// from (Hugging Face config.json or GGUF metadata).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace efim {
+
+class GgufFile;
+class GgufWriter;
+
+enum class ModelArch { Llama, Qwen2 };
+
+// Which dimensions RoPE rotates together inside one head of size d, for frequency i < d/2:
+//   RotateHalf  (HF "rotate_half", llama.cpp NEOX): (x[i], x[i + d/2])
+//   Interleaved (llama.cpp NORM, GGUF llama after the converter's Q/K row permutation):
+//               (x[2i], x[2i + 1])
+enum class RopePairing { RotateHalf, Interleaved };
+
+enum class RopeScalingType { None, Linear, Llama3 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::None;
+  double factor = 1.0;            // linear: positions / factor; llama3: low-frequency slow-down
+  double low_freq_factor = 1.0;   // llama3 only
+  double high_freq_factor = 4.0;  // llama3 only
+  int64_t original_max_position = 8192;  // llama3 only
+};
+
+struct ModelConfig {
+  ModelArch arch = ModelArch::Llama;
+  int64_t vocab = 0;
+  int64_t hidden = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t intermediate = 0;
+  double rms_eps = 1e-5;
+  double rope_theta = 10000.0;
+  RopePairing rope_pairing = RopePairing::RotateHalf;
+  RopeScaling rope_scaling;
+  // Per-frequency divisors of the inverse frequencies, [head_dim / 2] (GGUF `rope_freqs.weight`,
+  // which is how llama3 scaling is stored in GGUF). When non-empty they replace rope_scaling.
+  std::vector<float> rope_freq_factors;
+  int64_t max_position = 2048;
+  bool tied_embeddings = false;
+  bool qkv_bias = false;   // q/k/v projections have biases (qwen2; llama with attention_bias)
+  bool o_bias = false;     // output projection has a bias (llama with attention_bias)
+  int64_t bos_token = -1;  // -1: none
+  std::vector<int64_t> eos_tokens;  // may be empty
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+
+  // Checks positivity and divisibility; throws Error naming the field and value.
+  void validate() const;
+  // RoPE inverse frequencies after scaling, [head_dim / 2]: angle(pos, i) = pos * inv_freq[i].
+  std::vector<double> rope_inv_freq() const;
+  // One-line human summary (for logs and `inspect`).
+  std::string summary() const;
+};
+
+std::string_view arch_name(ModelArch a);  // "llama", "qwen2"
+
+// From a parsed HF config.json; `label` (usually the path) prefixes error messages.
+ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& label);
+ModelConfig config_from_hf_file(const std::string& config_json_path);
+// From GGUF metadata (and the optional `rope_freqs.weight` tensor).
+ModelConfig config_from_gguf(const GgufFile& f);
+// Writes general.architecture and the {arch}.* keys that config_from_gguf reads back.
+// Tokenizer keys (including BOS/EOS ids) belong to the tokenizer's writer.
+void write_gguf_metadata(const ModelConfig& c, GgufWriter& w);
+
+}  // namespace efim

@@ -1,0 +1,128 @@
+// Model loading, KV storage and the single-sequence session. The forward pass is in forward.cpp.
+#include "model/model.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "base/error.h"
+#include "format/gguf.h"
+#include "format/safetensors.h"
+
+namespace efim {
+
+// ---------------------------------------------------------------- KvCache, Batch
+
+KvCache::KvCache(int64_t n_layers, int64_t n_slots, int64_t kv_dim)
+    : n_layers_(n_layers), n_slots_(n_slots), kv_dim_(kv_dim) {
+  EFIM_CHECK(n_layers > 0 && n_slots > 0 && kv_dim > 0, "kv cache: bad size: layers ", n_layers,
+             ", slots ", n_slots, ", kv_dim ", kv_dim);
+  const size_t n =
+      static_cast<size_t>(n_layers) * static_cast<size_t>(n_slots) * static_cast<size_t>(kv_dim);
+  k_.assign(n, 0.0f);
+  v_.assign(n, 0.0f);
+}
+
+KvCache KvCache::for_model(const ModelConfig& c, int64_t n_slots) {
+  return KvCache(c.n_layers, n_slots, c.kv_dim());
+}
+
+void KvCache::copy_slot(int64_t from, int64_t to) {
+  EFIM_CHECK(from >= 0 && from < n_slots_ && to >= 0 && to < n_slots_, "kv cache: copy_slot ", from,
+             " -> ", to, " outside [0, ", n_slots_, ")");
+  for (int64_t l = 0; l < n_layers_; ++l) {
+    std::copy_n(k(l) + from * kv_dim_, kv_dim_, k(l) + to * kv_dim_);
+    std::copy_n(v(l) + from * kv_dim_, kv_dim_, v(l) + to * kv_dim_);
+  }
+}
+
+int32_t Batch::add_sequence(std::vector<int32_t> slots) {
+  sequences.push_back(BatchSequence{std::move(slots)});
+  return static_cast<int32_t>(sequences.size() - 1);
+}
+
+void Batch::add_token(int32_t token, int32_t position, int32_t seq_index, bool want_logits) {
+  if (want_logits) logits_rows.push_back(static_cast<int32_t>(tokens.size()));
+  tokens.push_back(token);
+  positions.push_back(position);
+  seq.push_back(seq_index);
+}
+
+// ---------------------------------------------------------------- loading
+
+namespace {
+
+bool has_gguf_magic(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char magic[4] = {};
+  return f.read(magic, 4) && std::string(magic, 4) == "GGUF";
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opts) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    ModelConfig c = config_from_hf_file((fs::path(path) / "config.json").string());
+    std::unique_ptr<TensorSource> src = SafetensorsFolder::open(path);
+    return from_source(c, std::move(src), WeightNaming::HF, opts);
+  }
+  EFIM_CHECK(fs::is_regular_file(path, ec), "model: ", path,
+             " is neither a model folder nor a file");
+  EFIM_CHECK(has_gguf_magic(path), "model: ", path,
+             " is not a GGUF file (expected a .gguf file or a Hugging Face folder)");
+  auto gguf = std::make_unique<GgufFile>(GgufFile::open(path));
+  ModelConfig c = config_from_gguf(*gguf);
+  return from_source(c, std::move(gguf), WeightNaming::GGUF, opts);
+}
+
+std::unique_ptr<Model> Model::from_source(const ModelConfig& config,
+                                          std::unique_ptr<TensorSource> source, WeightNaming naming,
+                                          const LoadOptions& opts) {
+  std::unique_ptr<Model> m(new Model());
+  m->config_ = config;
+  m->config_.validate();
+  m->source_ = std::move(source);
+  m->weights_ = bind_weights(m->config_, *m->source_, naming);
+  m->inv_freq_ = m->config_.rope_inv_freq();
+  m->reference_matmul_ = opts.reference_matmul;
+  if (opts.pool) {
+    m->pool_ = opts.pool;
+  } else {
+    m->own_pool_ = std::make_unique<ThreadPool>(opts.n_threads > 0 ? opts.n_threads
+                                                                   : ThreadPool::default_threads());
+    m->pool_ = m->own_pool_.get();
+  }
+  return m;
+}
+
+// ---------------------------------------------------------------- ContiguousSession
+
+ContiguousSession::ContiguousSession(Model& model, int64_t max_tokens)
+    : model_(model), kv_(KvCache::for_model(model.config(), max_tokens)) {}
+
+std::vector<float> ContiguousSession::eval(const std::vector<int32_t>& tokens, bool all_logits) {
+  EFIM_CHECK(!tokens.empty(), "session: eval needs at least one token");
+  const int64_t end = n_past_ + static_cast<int64_t>(tokens.size());
+  EFIM_CHECK(end <= kv_.n_slots(), "session: ", end, " tokens exceed the context of ",
+             kv_.n_slots());
+  Batch b;
+  std::vector<int32_t> slots(static_cast<size_t>(end));
+  std::iota(slots.begin(), slots.end(), 0);  // slot = position
+  const int32_t s = b.add_sequence(std::move(slots));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    b.add_token(tokens[i], static_cast<int32_t>(n_past_ + static_cast<int64_t>(i)), s,
+                all_logits || i + 1 == tokens.size());
+  std::vector<float> logits = model_.forward(b, kv_);
+  n_past_ = end;
+  return logits;
+}
+
+void ContiguousSession::truncate(int64_t n) {
+  EFIM_CHECK(n >= 0 && n <= n_past_, "session: truncate to ", n, " outside [0, ", n_past_, "]");
+  n_past_ = n;
+}
+
+}  // namespace efim

@@ -1,0 +1,96 @@
+// Model: a loaded Llama-family checkpoint (HF folder or GGUF file) and its forward pass.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "format/tensor_source.h"
+#include "model/batch.h"
+#include "model/config.h"
+#include "model/ops.h"
+#include "model/weights.h"
+
+namespace efim {
+
+struct LoadOptions {
+  int n_threads = 0;           // 0: ThreadPool::default_threads(); ignored when pool is set
+  ThreadPool* pool = nullptr;  // borrowed pool (must outlive the model); null: own one
+  // Use the scalar cpu::matmul_reference (exact f32 products of the stored weights, no
+  // activation quantization): slow, for tests and debugging.
+  bool reference_matmul = false;
+};
+
+class Model {
+ public:
+  // path: a Hugging Face folder (config.json + safetensors) or a .gguf file.
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& opts = {});
+  // From an already opened source (tests, converters); binds and checks every weight.
+  static std::unique_ptr<Model> from_source(const ModelConfig& config,
+                                            std::unique_ptr<TensorSource> source,
+                                            WeightNaming naming, const LoadOptions& opts = {});
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  ThreadPool& pool() { return *pool_; }
+
+  // Runs one step: writes each token's K/V into `kv` and returns logits for the tokens listed in
+  // batch.logits_rows: logits[batch.logits_rows.size(), vocab] f32 (caller-allocated).
+  // Throws Error (before touching `kv`) when the batch is inconsistent.
+  void forward(const Batch& batch, KvCache& kv, float* logits);
+  std::vector<float> forward(const Batch& batch, KvCache& kv);
+
+ private:
+  Model() = default;
+  void validate(const Batch& batch, const KvCache& kv) const;
+  void attention_block(int64_t layer, const Batch& batch, KvCache& kv);
+  void mlp_block(int64_t layer, int64_t n);
+  // y[m, w.rows] = x[m, w.cols] . W^T with the kernel chosen at load.
+  void matmul(const float* x, int64_t m, const cpu::WeightMatrix& w, float* y);
+
+  ModelConfig config_;
+  std::unique_ptr<TensorSource> source_;  // owns the mapped weights
+  ModelWeights weights_;
+  std::vector<double> inv_freq_;  // [head_dim / 2]
+  std::unique_ptr<ThreadPool> own_pool_;
+  ThreadPool* pool_ = nullptr;
+  bool reference_matmul_ = false;
+
+  // Activations of the current step, reused across calls. n = tokens in the step.
+  struct Scratch {
+    std::vector<float> x;     // [n, hidden] residual stream
+    std::vector<float> xn;    // [n, hidden] normalised input of a block
+    std::vector<float> q;     // [n, q_dim]
+    std::vector<float> k;     // [n, kv_dim]
+    std::vector<float> v;     // [n, kv_dim]
+    std::vector<float> att;   // [n, q_dim] attention output before Wo
+    std::vector<float> proj;  // [n, hidden] output of Wo / Wdown
+    std::vector<float> gate;  // [n, intermediate]
+    std::vector<float> up;    // [n, intermediate]
+    ops::RopeTable rope;
+    std::vector<ops::AttentionSeq> seqs;
+    ops::AttentionScratch attention;
+  } s_;
+};
+
+// Single-sequence helper for `generate`: slot = position in a contiguous KvCache.
+class ContiguousSession {
+ public:
+  ContiguousSession(Model& model, int64_t max_tokens);
+  // Appends tokens (positions n_past()..), runs one step and returns the logits of the last
+  // token [vocab]; with all_logits, of every appended token [tokens.size(), vocab].
+  std::vector<float> eval(const std::vector<int32_t>& tokens, bool all_logits = false);
+  int64_t n_past() const { return n_past_; }
+  int64_t capacity() const { return kv_.n_slots(); }
+  // Forgets positions >= n (keeps a shared prefix for the next prompt).
+  void truncate(int64_t n);
+
+ private:
+  Model& model_;
+  KvCache kv_;
+  int64_t n_past_ = 0;
+};
+
+}  // namespace efim

@@ -1,0 +1,127 @@
+#include "model/weights.h"
+
+#include <map>
+
+#include "base/error.h"
+#include "tensor/quant.h"
+
+namespace efim {
+
+namespace {
+
+const std::map<std::string, std::pair<std::string, std::string>>& role_names() {
+  // role -> {HF name inside model.layers.N., GGUF name inside blk.N.}
+  static const std::map<std::string, std::pair<std::string, std::string>> m = {
+      {"attn_norm", {"input_layernorm", "attn_norm"}},
+      {"ffn_norm", {"post_attention_layernorm", "ffn_norm"}},
+      {"q", {"self_attn.q_proj", "attn_q"}},
+      {"k", {"self_attn.k_proj", "attn_k"}},
+      {"v", {"self_attn.v_proj", "attn_v"}},
+      {"o", {"self_attn.o_proj", "attn_output"}},
+      {"gate", {"mlp.gate_proj", "ffn_gate"}},
+      {"up", {"mlp.up_proj", "ffn_up"}},
+      {"down", {"mlp.down_proj", "ffn_down"}},
+  };
+  return m;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+TensorView require(const TensorSource& src, const std::string& name,
+                   const std::vector<int64_t>& shape) {
+  std::optional<TensorView> t = src.find(name);
+  EFIM_CHECK(t, "weights: missing tensor ", name, " (expected shape ", shape_str(shape), ")");
+  EFIM_CHECK(t->shape == shape, "weights: tensor ", name, " has shape ", shape_str(t->shape),
+             ", expected ", shape_str(shape));
+  return *t;
+}
+
+cpu::WeightMatrix bind_matrix(const TensorSource& src, const std::string& name, int64_t rows,
+                              int64_t cols) {
+  TensorView t = require(src, name, {rows, cols});
+  EFIM_CHECK(is_matmul_dtype(t.dtype), "weights: tensor ", name, " has dtype ", dtype_name(t.dtype),
+             ", expected one of f32, f16, bf16, q8_0, q4_0");
+  EFIM_CHECK(cols % dtype_info(t.dtype).block_elems == 0, "weights: tensor ", name, " row length ",
+             cols, " is not a multiple of the ", dtype_name(t.dtype), " block size");
+  const uint64_t expect = static_cast<uint64_t>(rows) * dtype_row_bytes(t.dtype, cols);
+  EFIM_CHECK(t.nbytes == expect, "weights: tensor ", name, " holds ", t.nbytes, " bytes, expected ",
+             expect);
+  return cpu::WeightMatrix{t.dtype, rows, cols, t.data};
+}
+
+std::vector<float> bind_vector(const TensorSource& src, const std::string& name, int64_t n) {
+  TensorView t = require(src, name, {n});
+  EFIM_CHECK(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16,
+             "weights: tensor ", name, " has dtype ", dtype_name(t.dtype),
+             ", expected one of f32, f16, bf16");
+  EFIM_CHECK(t.nbytes == dtype_row_bytes(t.dtype, n), "weights: tensor ", name, " holds ", t.nbytes,
+             " bytes, expected ", dtype_row_bytes(t.dtype, n));
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize(t.data, n, t.dtype, out.data());
+  return out;
+}
+
+LayerWeights bind_layer(const ModelConfig& c, const TensorSource& src, WeightNaming nm, int64_t i) {
+  auto name = [&](const char* role, const char* suffix = "weight") {
+    return TensorNames::layer(nm, i, role, suffix);
+  };
+  LayerWeights l;
+  l.attn_norm = bind_vector(src, name("attn_norm"), c.hidden);
+  l.ffn_norm = bind_vector(src, name("ffn_norm"), c.hidden);
+  l.wq = bind_matrix(src, name("q"), c.q_dim(), c.hidden);
+  l.wk = bind_matrix(src, name("k"), c.kv_dim(), c.hidden);
+  l.wv = bind_matrix(src, name("v"), c.kv_dim(), c.hidden);
+  l.wo = bind_matrix(src, name("o"), c.hidden, c.q_dim());
+  if (c.qkv_bias) {
+    l.bq = bind_vector(src, name("q", "bias"), c.q_dim());
+    l.bk = bind_vector(src, name("k", "bias"), c.kv_dim());
+    l.bv = bind_vector(src, name("v", "bias"), c.kv_dim());
+  }
+  if (c.o_bias) l.bo = bind_vector(src, name("o", "bias"), c.hidden);
+  l.w_gate = bind_matrix(src, name("gate"), c.intermediate, c.hidden);
+  l.w_up = bind_matrix(src, name("up"), c.intermediate, c.hidden);
+  l.w_down = bind_matrix(src, name("down"), c.hidden, c.intermediate);
+  return l;
+}
+
+}  // namespace
+
+bool is_matmul_dtype(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
+         t == DType::Q4_0;
+}
+
+std::string TensorNames::embed(WeightNaming n) {
+  return n == WeightNaming::HF ? "model.embed_tokens.weight" : "token_embd.weight";
+}
+std::string TensorNames::output_norm(WeightNaming n) {
+  return n == WeightNaming::HF ? "model.norm.weight" : "output_norm.weight";
+}
+std::string TensorNames::output(WeightNaming n) {
+  return n == WeightNaming::HF ? "lm_head.weight" : "output.weight";
+}
+std::string TensorNames::layer(WeightNaming n, int64_t layer, const std::string& role,
+                               const std::string& suffix) {
+  auto it = role_names().find(role);
+  EFIM_CHECK(it != role_names().end(), "weights: unknown layer tensor role ", role);
+  if (n == WeightNaming::HF) return str("model.layers.", layer, ".", it->second.first, ".", suffix);
+  return str("blk.", layer, ".", it->second.second, ".", suffix);
+}
+
+ModelWeights bind_weights(const ModelConfig& c, const TensorSource& src, WeightNaming naming) {
+  c.validate();
+  ModelWeights w;
+  w.embed = bind_matrix(src, TensorNames::embed(naming), c.vocab, c.hidden);
+  w.layers.reserve(static_cast<size_t>(c.n_layers));
+  for (int64_t i = 0; i < c.n_layers; ++i) w.layers.push_back(bind_layer(c, src, naming, i));
+  w.output_norm = bind_vector(src, TensorNames::output_norm(naming), c.hidden);
+  w.output = c.tied_embeddings ? w.embed
+                               : bind_matrix(src, TensorNames::output(naming), c.vocab, c.hidden);
+  return w;
+}
+
+}  // namespace efim

@@ -1,0 +1,55 @@
+// Weight binding: maps the tensors of a checkpoint (HF or GGUF names) onto one canonical layer
+// struct, checking every shape and dtype. Matrices stay in the file's memory (mmap); small
+// vectors (norms, biases) are converted to f32 at load.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "format/tensor_source.h"
+#include "model/config.h"
+
+namespace efim {
+
+enum class WeightNaming { HF, GGUF };
+
+struct LayerWeights {
+  std::vector<float> attn_norm;   // [hidden]
+  std::vector<float> ffn_norm;    // [hidden]
+  cpu::WeightMatrix wq;           // [q_dim, hidden]
+  cpu::WeightMatrix wk;           // [kv_dim, hidden]
+  cpu::WeightMatrix wv;           // [kv_dim, hidden]
+  cpu::WeightMatrix wo;           // [hidden, q_dim]
+  std::vector<float> bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim]; empty without qkv_bias
+  std::vector<float> bo;          // [hidden]; empty without o_bias
+  cpu::WeightMatrix w_gate;       // [intermediate, hidden]
+  cpu::WeightMatrix w_up;         // [intermediate, hidden]
+  cpu::WeightMatrix w_down;       // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  cpu::WeightMatrix embed;  // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  std::vector<float> output_norm;  // [hidden]
+  cpu::WeightMatrix output;        // [vocab, hidden]; the embedding when tied
+};
+
+// Tensor names of each format, for the binder and the converter.
+struct TensorNames {
+  static std::string embed(WeightNaming n);
+  static std::string output_norm(WeightNaming n);
+  static std::string output(WeightNaming n);
+  // role: one of attn_norm, ffn_norm, q, k, v, o, gate, up, down; suffix "weight" or "bias".
+  static std::string layer(WeightNaming n, int64_t layer, const std::string& role,
+                           const std::string& suffix = "weight");
+};
+
+// Binds every tensor the config needs; throws Error naming the tensor with expected vs actual
+// shape or dtype. The returned matrices point into `src`, which must outlive them.
+ModelWeights bind_weights(const ModelConfig& c, const TensorSource& src, WeightNaming naming);
+
+// True for the dtypes cpu::matmul accepts as weights.
+bool is_matmul_dtype(DType t);
+
+}  // namespace efim

@@ -1,0 +1,289 @@
+// ModelConfig parsing (HF and GGUF), RoPE frequencies and pairings, and the attention kernel
+// against a direct double-precision implementation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <random>
+
+#include "base/error.h"
+#include "format/gguf.h"
+#include "model/config.h"
+#include "model/convert.h"
+#include "model/ops.h"
+
+namespace efim {
+namespace {
+
+nlohmann::json llama_json() {
+  return nlohmann::json::parse(R"({
+    "model_type": "llama", "vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+    "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": [2, 3],
+    "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 32}})");
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ModelConfig, ParsesHfLlama) {
+  ModelConfig c = config_from_hf_json(llama_json(), "cfg");
+  EXPECT_EQ(c.arch, ModelArch::Llama);
+  EXPECT_EQ(c.vocab, 300);
+  EXPECT_EQ(c.hidden, 64);
+  EXPECT_EQ(c.n_layers, 2);
+  EXPECT_EQ(c.n_heads, 4);
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.intermediate, 96);
+  EXPECT_EQ(c.max_position, 128);
+  EXPECT_DOUBLE_EQ(c.rms_eps, 1e-5);
+  EXPECT_EQ(c.rope_pairing, RopePairing::RotateHalf);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::Llama3);
+  EXPECT_EQ(c.rope_scaling.original_max_position, 32);
+  EXPECT_FALSE(c.tied_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.bos_token, 1);
+  EXPECT_EQ(c.eos_tokens, (std::vector<int64_t>{2, 3}));
+}
+
+TEST(ModelConfig, ParsesHfQwen2WithExplicitHeadDim) {
+  nlohmann::json j = llama_json();
+  j["model_type"] = "qwen2";
+  j["head_dim"] = 32;
+  j["tie_word_embeddings"] = true;
+  j.erase("rope_scaling");
+  j["eos_token_id"] = 7;
+  ModelConfig c = config_from_hf_json(j, "cfg");
+  EXPECT_EQ(c.arch, ModelArch::Qwen2);
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_EQ(c.q_dim(), 128);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::None);
+  EXPECT_EQ(c.eos_tokens, (std::vector<int64_t>{7}));
+}
+
+TEST(ModelConfig, HfErrorsNameFieldAndValue) {
+  nlohmann::json j = llama_json();
+  j.erase("hidden_size");
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("\"hidden_size\""),
+            std::string::npos);
+  j = llama_json();
+  j["num_key_value_heads"] = 3;
+  std::string e = error_of([&] { config_from_hf_json(j, "cfg.json"); });
+  EXPECT_NE(e.find("num_key_value_heads 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("num_attention_heads 4"), std::string::npos) << e;
+  j = llama_json();
+  j["model_type"] = "gpt2";
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("\"gpt2\""),
+            std::string::npos);
+  j = llama_json();
+  j["vocab_size"] = "big";
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("\"big\""),
+            std::string::npos);
+  j = llama_json();
+  j["rope_scaling"]["rope_type"] = "yarn";
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("\"yarn\""),
+            std::string::npos);
+  j = llama_json();
+  j["hidden_size"] = -64;
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("-64"), std::string::npos);
+}
+
+TEST(ModelConfig, RopeFrequencies) {
+  ModelConfig c = config_from_hf_json(llama_json(), "cfg");
+  ModelConfig plain = c;
+  plain.rope_scaling = {};
+  std::vector<double> base = plain.rope_inv_freq(), f = c.rope_inv_freq();
+  ASSERT_EQ(base.size(), 8u);
+  for (size_t i = 0; i < base.size(); ++i)
+    EXPECT_NEAR(base[i], std::pow(10000.0, -2.0 * static_cast<double>(i) / 16), 1e-15);
+  // wavelengths 6.3 (< 32/4: kept), 19.9 (between: smoothed), >= 62.8 (> 32/1: divided by 4)
+  EXPECT_DOUBLE_EQ(f[0], base[0]);
+  EXPECT_LT(f[1], base[1]);
+  EXPECT_GT(f[1], base[1] / 4);
+  const double smooth = (32 / (2 * std::numbers::pi / base[1]) - 1.0) / 3.0;
+  EXPECT_NEAR(f[1], (1 - smooth) * base[1] / 4 + smooth * base[1], 1e-15);
+  for (size_t i = 2; i < f.size(); ++i) EXPECT_DOUBLE_EQ(f[i], base[i] / 4);
+  c.rope_scaling = {RopeScalingType::Linear, 2.0};
+  f = c.rope_inv_freq();
+  for (size_t i = 0; i < f.size(); ++i) EXPECT_DOUBLE_EQ(f[i], base[i] / 2);
+}
+
+TEST(ModelConfig, GgufRoundTrip) {
+  ModelConfig c = config_from_hf_json(llama_json(), "cfg");
+  GgufWriter w;
+  write_gguf_metadata(c, w);
+  std::vector<float> factors(8);
+  for (int i = 0; i < 8; ++i) factors[i] = 1.0f + static_cast<float>(i);
+  w.add_tensor("rope_freqs.weight", DType::F32, {8}, factors.data(), 32);
+  std::string bytes = w.serialize();
+  GgufFile f = GgufFile::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "m");
+  ModelConfig g = config_from_gguf(f);
+  EXPECT_EQ(g.arch, ModelArch::Llama);
+  EXPECT_EQ(g.rope_pairing, RopePairing::Interleaved);
+  EXPECT_EQ(g.vocab, c.vocab);
+  EXPECT_EQ(g.hidden, c.hidden);
+  EXPECT_EQ(g.n_layers, c.n_layers);
+  EXPECT_EQ(g.n_heads, c.n_heads);
+  EXPECT_EQ(g.n_kv_heads, c.n_kv_heads);
+  EXPECT_EQ(g.head_dim, c.head_dim);
+  EXPECT_EQ(g.intermediate, c.intermediate);
+  EXPECT_EQ(g.max_position, c.max_position);
+  EXPECT_NEAR(g.rms_eps, c.rms_eps, 1e-12);
+  EXPECT_DOUBLE_EQ(g.rope_theta, c.rope_theta);
+  EXPECT_EQ(g.rope_freq_factors, factors);
+  EXPECT_TRUE(g.tied_embeddings);  // no output.weight tensor in this file
+  std::vector<double> inv = g.rope_inv_freq();
+  EXPECT_NEAR(inv[3], std::pow(10000.0, -6.0 / 16) / 4.0, 1e-15);
+}
+
+TEST(ModelConfig, GgufErrorsNameKey) {
+  GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.embedding_length", 64);
+  std::string bytes = w.serialize();
+  GgufFile f = GgufFile::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "m");
+  EXPECT_NE(error_of([&] { config_from_gguf(f); }).find("llama.block_count"), std::string::npos);
+  GgufWriter w2;
+  w2.set_string("general.architecture", "gpt2");
+  bytes = w2.serialize();
+  GgufFile f2 = GgufFile::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "m");
+  EXPECT_NE(error_of([&] { config_from_gguf(f2); }).find("\"gpt2\""), std::string::npos);
+}
+
+// Rotate-half RoPE on W.x equals interleaved RoPE on (P W).x, where P is the converter's row
+// permutation: the reason llama GGUFs run with interleaved pairs.
+TEST(Rope, PermutedRowsWithInterleavedPairsMatchRotateHalf) {
+  const int64_t heads = 3, hd = 8, cols = 5;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<float> W(static_cast<size_t>(heads * hd * cols)), x(cols);
+  for (float& v : W) v = nd(rng);
+  for (float& v : x) v = nd(rng);
+  auto apply = [&](const std::vector<float>& M) {
+    std::vector<float> y(static_cast<size_t>(heads * hd), 0.0f);
+    for (int64_t r = 0; r < heads * hd; ++r)
+      for (int64_t k = 0; k < cols; ++k) y[r] += M[r * cols + k] * x[k];
+    return y;
+  };
+  ModelConfig c;
+  c.head_dim = hd;
+  c.rope_theta = 100.0;
+  std::vector<int32_t> pos = {37};
+  ops::RopeTable table;
+  table.build(c.rope_inv_freq(), pos.data(), 1);
+  std::vector<float> y_half = apply(W);
+  ops::rope(y_half.data(), 1, heads, hd, RopePairing::RotateHalf, table);
+  std::vector<float> Wp = W;
+  permute_rope_rows(Wp.data(), heads, hd, cols);
+  std::vector<float> y_inter = apply(Wp);
+  ops::rope(y_inter.data(), 1, heads, hd, RopePairing::Interleaved, table);
+  permute_rope_rows(y_half.data(), heads, hd, 1);  // bring to the interleaved order
+  for (size_t i = 0; i < y_half.size(); ++i) EXPECT_NEAR(y_half[i], y_inter[i], 1e-5) << i;
+  // and the rotation did something
+  std::vector<float> unrotated = apply(Wp);
+  float moved = 0;
+  for (size_t i = 0; i < unrotated.size(); ++i) moved += std::fabs(unrotated[i] - y_inter[i]);
+  EXPECT_GT(moved, 0.1f);
+}
+
+// Direct attention in double: for each token and head, softmax over its sequence's slots
+// 0..pos of q.k / sqrt(d), weighted sum of v.
+std::vector<double> naive_attention(const ops::AttentionArgs& a) {
+  const int64_t hd = a.head_dim, qs = a.n_heads * hd, kvs = a.n_kv_heads * hd;
+  const int64_t group = a.n_heads / a.n_kv_heads;
+  std::vector<double> out;
+  size_t n_tok = 0;
+  for (const auto& s : *a.seqs) n_tok += s.tokens.size();
+  out.assign(n_tok * static_cast<size_t>(qs), 0.0);
+  for (const auto& s : *a.seqs) {
+    for (int32_t t : s.tokens) {
+      for (int64_t h = 0; h < a.n_heads; ++h) {
+        const int64_t kvh = h / group, n = a.pos[t] + 1;
+        std::vector<double> sc(static_cast<size_t>(n));
+        double m = -1e300;
+        for (int64_t j = 0; j < n; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i)
+            d += static_cast<double>(a.q[t * qs + h * hd + i]) * a.k[s.ctx[j] * kvs + kvh * hd + i];
+          sc[j] = d / std::sqrt(static_cast<double>(hd));
+          m = std::max(m, sc[j]);
+        }
+        double sum = 0;
+        for (double& v : sc) sum += (v = std::exp(v - m));
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t i = 0; i < hd; ++i)
+            out[t * qs + h * hd + i] += sc[j] / sum * a.v[s.ctx[j] * kvs + kvh * hd + i];
+      }
+    }
+  }
+  return out;
+}
+
+void check_attention(int64_t n_heads, int64_t n_kv, int64_t hd, const std::vector<int64_t>& ctx_len,
+                     const std::vector<int64_t>& new_tokens, int threads) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  const int64_t kvs = n_kv * hd;
+  int64_t n_slots = 0;
+  for (int64_t l : ctx_len) n_slots += l;
+  // Slots scattered: sequence s position p -> a permutation of all slots.
+  std::vector<int32_t> perm(static_cast<size_t>(n_slots));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<std::vector<int32_t>> slot_lists;
+  std::vector<ops::AttentionSeq> seqs(ctx_len.size());
+  std::vector<int32_t> pos;
+  int64_t next = 0;
+  for (size_t s = 0; s < ctx_len.size(); ++s) {
+    slot_lists.emplace_back(perm.begin() + next, perm.begin() + next + ctx_len[s]);
+    next += ctx_len[s];
+    for (int64_t p = ctx_len[s] - new_tokens[s]; p < ctx_len[s]; ++p) {
+      seqs[s].tokens.push_back(static_cast<int32_t>(pos.size()));
+      pos.push_back(static_cast<int32_t>(p));
+    }
+  }
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    seqs[s].ctx = slot_lists[s].data();
+    seqs[s].n_ctx = ctx_len[s];
+  }
+  std::vector<float> q(pos.size() * n_heads * hd), k(n_slots * kvs), v(n_slots * kvs),
+      out(q.size(), -7.0f);
+  for (float& x : q) x = 2 * nd(rng);
+  for (float& x : k) x = nd(rng);
+  for (float& x : v) x = nd(rng);
+  ops::AttentionArgs a{q.data(), pos.data(), k.data(), v.data(), out.data(),
+                       n_heads,  n_kv,       hd,       &seqs};
+  ThreadPool pool(threads);
+  ops::AttentionScratch scratch;
+  ops::attention(pool, a, scratch);
+  std::vector<double> want = naive_attention(a);
+  double worst = 0;
+  for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(out[i] - want[i]));
+  EXPECT_LT(worst, 2e-5) << "heads " << n_heads << "/" << n_kv;
+}
+
+TEST(Attention, MatchesDirectComputation) {
+  check_attention(4, 2, 16, {7, 12}, {7, 3}, 2);       // prefill + partial, GQA
+  check_attention(6, 2, 64, {40}, {1}, 2);             // decode: per-head units
+  check_attention(8, 8, 32, {5, 9, 3}, {1, 9, 2}, 1);  // MHA, single thread
+}
+
+TEST(Attention, LongContextUsesSmallQueryBlocks) {
+  check_attention(4, 1, 16, {5000}, {70}, 2);  // scores budget forces query blocks < 70
+}
+
+}  // namespace
+}  // namespace efim

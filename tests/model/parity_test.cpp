@@ -1,0 +1,464 @@
+// Parity of efim's forward pass with the numpy reference (scripts/ref_forward.py) on tiny random
+// checkpoints (scripts/make_tiny_model.py), from the HF folder and from converted GGUFs; and
+// equivalence of batched, chunked and incremental evaluation.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include "base/error.h"
+#include "format/gguf.h"
+#include "format/safetensors.h"
+#include "model/convert.h"
+#include "model/model.h"
+#include "model_test_util.h"
+#include "tensor/quant.h"
+
+namespace efim {
+namespace {
+
+using test::max_abs;
+using test::max_abs_diff;
+
+// A fixed pseudo-random prompt of n ids below vocab.
+std::vector<int32_t> prompt(int n, int vocab, unsigned seed = 5) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& x : t) x = static_cast<int32_t>(rng() % static_cast<unsigned>(vocab));
+  return t;
+}
+
+std::vector<float> all_logits(Model& m, const std::vector<int32_t>& tokens) {
+  ContiguousSession s(m, static_cast<int64_t>(tokens.size()));
+  return s.eval(tokens, /*all_logits=*/true);
+}
+
+// Tolerance for runs that differ only in float rounding order (GEMV vs GEMM kernels, batch
+// shapes): a few ulps of the largest logit.
+float rounding_tol(const std::vector<float>& want) {
+  return 1e-5f + 1e-6f * max_abs(want);
+}
+
+LoadOptions two_threads() {
+  LoadOptions o;
+  o.n_threads = 2;
+  return o;
+}
+
+// Tiny models and their reference logits, generated once for the whole binary.
+class TinyModels : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::make_unique<test::TempDir>();
+    test::require_numpy();
+    tokens_ = prompt(40, 300);
+  }
+  static void TearDownTestSuite() {
+    dir_.reset();
+    ref_.clear();
+  }
+
+  // The tiny model of a kind ("llama", "qwen2") and dtype ("f32", "bf16"), generated on first
+  // use (ctest runs each test in its own process). The bf16 llama is sharded: it exercises
+  // model.safetensors.index.json.
+  static std::string folder(const std::string& kind, const std::string& dt) {
+    std::string d = *dir_ / (kind + "-" + dt);
+    if (!std::filesystem::exists(d))
+      test::make_tiny_model(d, kind, dt, kind == "llama" && dt == "bf16" ? 2 : 1);
+    return d;
+  }
+  // Reference logits [tokens_, vocab] of an HF folder, computed on first use.
+  static const std::vector<float>& ref(const std::string& hf_folder) {
+    auto it = ref_.find(hf_folder);
+    if (it == ref_.end())
+      it = ref_.emplace(hf_folder,
+                        test::reference_logits(hf_folder, tokens_, hf_folder + ".ref.bin"))
+               .first;
+    return it->second;
+  }
+  static std::string convert(const std::string& in, DType out) {
+    std::string path = in + "." + std::string(dtype_name(out)) + ".gguf";
+    ConvertOptions o;
+    o.input_dir = in;
+    o.output_path = path;
+    o.out_dtype = out;
+    convert_hf_to_gguf(o);
+    return path;
+  }
+  // max |efim - reference| over all positions for a model file/folder.
+  static float diff_to_ref(const std::string& model_path, const std::string& ref_folder,
+                           LoadOptions opts = two_threads()) {
+    auto m = Model::load(model_path, opts);
+    std::vector<float> got = all_logits(*m, tokens_);
+    const std::vector<float>& want = ref(ref_folder);
+    EXPECT_EQ(got.size(), want.size());
+    float d = max_abs_diff(got, want);
+    std::cout << "  [" << model_path.substr(dir_->path().size() + 1)
+              << (opts.reference_matmul ? ", reference matmul" : "") << "] max|diff| " << d
+              << " (max|logit| " << max_abs(want) << ")\n";
+    return d;
+  }
+
+  static std::unique_ptr<test::TempDir> dir_;
+  static std::vector<int32_t> tokens_;
+  static std::map<std::string, std::vector<float>> ref_;
+};
+std::unique_ptr<test::TempDir> TinyModels::dir_;
+std::vector<int32_t> TinyModels::tokens_;
+std::map<std::string, std::vector<float>> TinyModels::ref_;
+
+TEST_F(TinyModels, ReferenceIsNonTrivial) {
+  for (const char* kind : {"llama", "qwen2"}) {
+    const std::vector<float>& r = ref(folder(kind, "f32"));
+    ASSERT_EQ(r.size(), tokens_.size() * 300) << kind;
+    EXPECT_GT(max_abs(r), 1.0f) << kind;
+  }
+}
+
+TEST_F(TinyModels, FolderMatchesReference) {
+  for (const char* kind : {"llama", "qwen2"})
+    for (const char* dt : {"f32", "bf16"})
+      EXPECT_LE(diff_to_ref(folder(kind, dt), folder(kind, dt)), 1e-4f) << kind << " " << dt;
+}
+
+TEST_F(TinyModels, GgufF32MatchesReference) {
+  for (const char* kind : {"llama", "qwen2"}) {
+    std::string gguf = convert(folder(kind, "f32"), DType::F32);
+    EXPECT_LE(diff_to_ref(gguf, folder(kind, "f32")), 1e-4f) << kind;
+  }
+}
+
+TEST_F(TinyModels, GgufBf16FromBf16WeightsMatchesReference) {
+  for (const char* kind : {"llama", "qwen2"}) {
+    std::string gguf = convert(folder(kind, "bf16"), DType::BF16);
+    EXPECT_LE(diff_to_ref(gguf, folder(kind, "bf16")), 1e-4f) << kind;
+  }
+}
+
+// Quantized weights: the error scales with the logits. F16 keeps 11 significant bits; Q8_0
+// about 8 per block of 32, and the Q8_0 kernels also round activations to int8 blocks (as
+// llama.cpp does), which dominates on these tiny models (sharp attention, rows of 64).
+TEST_F(TinyModels, GgufF16AndQ8_0WithinQuantizationError) {
+  for (const char* kind : {"llama", "qwen2"}) {
+    const float scale = max_abs(ref(folder(kind, "f32")));
+    std::string f16 = convert(folder(kind, "f32"), DType::F16);
+    EXPECT_LE(diff_to_ref(f16, folder(kind, "f32")), 5e-3f * scale) << kind;
+    std::string q8 = convert(folder(kind, "f32"), DType::Q8_0);
+    EXPECT_LE(diff_to_ref(q8, folder(kind, "f32")), 6e-2f * scale) << kind;
+  }
+}
+
+TEST_F(TinyModels, GgufLayoutFollowsLlamaCpp) {
+  std::string gguf = convert(folder("llama", "f32"), DType::Q8_0);
+  GgufFile f = GgufFile::open(gguf);
+  ModelConfig c = config_from_gguf(f);
+  EXPECT_EQ(c.rope_pairing, RopePairing::Interleaved);
+  EXPECT_EQ(c.rope_freq_factors.size(), 8u);  // llama3 scaling as rope_freqs.weight
+  EXPECT_FALSE(c.tied_embeddings);
+  ASSERT_TRUE(f.find("blk.1.attn_q.weight"));
+  EXPECT_EQ(f.find("blk.1.attn_q.weight")->dtype, DType::Q8_0);
+  EXPECT_EQ(f.find("token_embd.weight")->dtype, DType::Q8_0);
+  EXPECT_EQ(f.find("blk.0.attn_norm.weight")->dtype, DType::F32);
+  EXPECT_EQ(f.get("tokenizer.ggml.bos_token_id")->as_u64(), 1u);
+
+  std::string qwen = convert(folder("qwen2", "f32"), DType::BF16);
+  GgufFile g = GgufFile::open(qwen);
+  ModelConfig q = config_from_gguf(g);
+  EXPECT_EQ(q.arch, ModelArch::Qwen2);
+  EXPECT_EQ(q.rope_pairing, RopePairing::RotateHalf);
+  EXPECT_TRUE(q.tied_embeddings);
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_EQ(g.find("blk.0.attn_q.bias")->dtype, DType::F32);
+  EXPECT_FALSE(g.find("output.weight"));
+}
+
+TEST_F(TinyModels, ConverterCallsTokenizerHookAndProgress) {
+  ConvertOptions o;
+  o.input_dir = folder("qwen2", "bf16");
+  o.output_path = *dir_ / "hooked.gguf";
+  o.out_dtype = DType::BF16;
+  o.tokenizer_writer = [](GgufWriter& w) {
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_u32("tokenizer.ggml.eos_token_id", 9);
+  };
+  int64_t calls = 0, last_total = 0;
+  o.progress = [&](int64_t done, int64_t total, const std::string&) {
+    EXPECT_EQ(done, ++calls);
+    last_total = total;
+  };
+  ConvertResult r = convert_hf_to_gguf(o);
+  EXPECT_EQ(calls, last_total);
+  EXPECT_EQ(r.n_tensors, 2 + 2 * 12);  // embed, final norm, 12 per layer (with 3 biases)
+  GgufFile f = GgufFile::open(o.output_path);
+  EXPECT_EQ(f.get("tokenizer.ggml.model")->as_string(), "gpt2");
+  EXPECT_EQ(f.get("tokenizer.ggml.eos_token_id")->as_u64(), 9u);  // hook overrides config.json
+  EXPECT_EQ(f.tensors().size(), static_cast<size_t>(r.n_tensors));
+}
+
+// An HF folder holding the GGUF's weights dequantized to f32, with Q/K rows put back in HF
+// (rotate-half) order: the reference run on it sees exactly the quantized weights.
+void write_dequantized_folder(const std::string& gguf_path, const std::string& hf_dir,
+                              const std::string& out_dir) {
+  GgufFile g = GgufFile::open(gguf_path);
+  ModelConfig c = config_from_hf_file(hf_dir + "/config.json");
+  std::vector<std::pair<std::string, std::string>> names = {
+      {TensorNames::embed(WeightNaming::GGUF), TensorNames::embed(WeightNaming::HF)},
+      {TensorNames::output_norm(WeightNaming::GGUF), TensorNames::output_norm(WeightNaming::HF)}};
+  if (!c.tied_embeddings)
+    names.push_back(
+        {TensorNames::output(WeightNaming::GGUF), TensorNames::output(WeightNaming::HF)});
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    for (const char* role : {"attn_norm", "ffn_norm", "q", "k", "v", "o", "gate", "up", "down"})
+      names.push_back({TensorNames::layer(WeightNaming::GGUF, l, role),
+                       TensorNames::layer(WeightNaming::HF, l, role)});
+    if (c.qkv_bias)
+      for (const char* role : {"q", "k", "v"})
+        names.push_back({TensorNames::layer(WeightNaming::GGUF, l, role, "bias"),
+                         TensorNames::layer(WeightNaming::HF, l, role, "bias")});
+  }
+  std::vector<SafetensorsTensor> out;
+  for (auto& [gname, hname] : names) {
+    TensorView t = *g.find(gname);
+    std::vector<float> f(static_cast<size_t>(t.numel()));
+    dequantize(t.data, t.numel(), t.dtype, f.data());
+    const bool q = hname.find("q_proj") != std::string::npos;
+    const bool k = hname.find("k_proj") != std::string::npos;
+    if (c.arch == ModelArch::Llama && (q || k)) {  // inverse of permute_rope_rows
+      const int64_t heads = q ? c.n_heads : c.n_kv_heads, hd = c.head_dim, half = hd / 2;
+      const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
+      std::vector<float> orig(f.size());
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < half; ++i)
+          for (int64_t j = 0; j < 2; ++j)
+            std::copy_n(&f[(h * hd + 2 * i + j) * cols], cols,
+                        &orig[(h * hd + j * half + i) * cols]);
+      f = orig;
+    }
+    out.push_back({hname, DType::F32, t.shape,
+                   std::string(reinterpret_cast<const char*>(f.data()), f.size() * sizeof(float))});
+  }
+  std::filesystem::create_directories(out_dir);
+  write_safetensors(out_dir + "/model.safetensors", out);
+  std::filesystem::copy_file(hf_dir + "/config.json", out_dir + "/config.json");
+}
+
+// Q8_0 against the reference on the same (dequantized) weights. With the scalar reference
+// matmul the result must be exact up to f32 rounding: conversion, Q/K permutation and binding
+// lose nothing beyond the weight quantization. With the fast kernels what remains is their
+// int8 rounding of activations.
+TEST_F(TinyModels, GgufQ8_0MatchesReferenceOnDequantizedWeights) {
+  for (const char* kind : {"llama", "qwen2"}) {
+    std::string q8 = convert(folder(kind, "f32"), DType::Q8_0);
+    std::string deq = *dir_ / (std::string(kind) + "-deq-q8_0");
+    write_dequantized_folder(q8, folder(kind, "f32"), deq);
+    LoadOptions exact = two_threads();
+    exact.reference_matmul = true;
+    EXPECT_LE(diff_to_ref(q8, deq, exact), 1e-4f) << kind;
+    EXPECT_LE(diff_to_ref(q8, deq), 4e-2f * max_abs(ref(deq))) << kind;
+  }
+}
+
+// ---------------------------------------------------------------- batching equivalences
+
+class Batching : public TinyModels {};
+
+// Two sequences of different lengths in one step, slots interleaved (A: 2p, B: 2p + 1), tokens
+// shuffled in the batch, equal the sequences run separately.
+TEST_F(Batching, TwoSequencesInOneStepEqualSeparateRuns) {
+  for (const char* kind : {"llama", "qwen2"}) {
+    auto m = Model::load(folder(kind, "f32"), two_threads());
+    std::vector<int32_t> a = prompt(13, 300, 1), b = prompt(7, 300, 2);
+    std::vector<float> want_a = all_logits(*m, a), want_b = all_logits(*m, b);
+
+    Batch batch;
+    std::vector<int32_t> sa(a.size()), sb(b.size());
+    for (size_t p = 0; p < sa.size(); ++p) sa[p] = static_cast<int32_t>(2 * p);
+    for (size_t p = 0; p < sb.size(); ++p) sb[p] = static_cast<int32_t>(2 * p + 1);
+    int32_t ia = batch.add_sequence(sa), ib = batch.add_sequence(sb);
+    std::vector<std::pair<int32_t, int32_t>> order;  // (seq, position)
+    for (size_t p = 0; p < a.size(); ++p) order.push_back({ia, static_cast<int32_t>(p)});
+    for (size_t p = 0; p < b.size(); ++p) order.push_back({ib, static_cast<int32_t>(p)});
+    std::shuffle(order.begin(), order.end(), std::mt19937(3));
+    for (auto [s, p] : order) batch.add_token(s == ia ? a[p] : b[p], p, s, true);
+
+    KvCache kv = KvCache::for_model(m->config(), 2 * 13);
+    std::vector<float> got = m->forward(batch, kv);
+    const int64_t V = m->config().vocab;
+    float worst = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      auto [s, p] = order[i];
+      const float* want = (s == ia ? want_a.data() : want_b.data()) + p * V;
+      for (int64_t j = 0; j < V; ++j) worst = std::max(worst, std::fabs(got[i * V + j] - want[j]));
+    }
+    EXPECT_LE(worst, std::max(rounding_tol(want_a), rounding_tol(want_b))) << kind;
+  }
+}
+
+TEST_F(Batching, ChunkedPrefillEqualsOneShot) {
+  auto m = Model::load(folder("llama", "f32"), two_threads());
+  std::vector<float> want = all_logits(*m, tokens_);
+  ContiguousSession s(*m, 64);
+  std::vector<float> got;
+  for (auto [b, e] : {std::pair{0, 11}, {11, 12}, {12, 40}}) {
+    std::vector<int32_t> chunk(tokens_.begin() + b, tokens_.begin() + e);
+    std::vector<float> l = s.eval(chunk, true);
+    got.insert(got.end(), l.begin(), l.end());
+  }
+  EXPECT_EQ(s.n_past(), 40);
+  EXPECT_LE(max_abs_diff(got, want), rounding_tol(want));
+}
+
+TEST_F(Batching, DecodeAfterPrefillEqualsFullPrefixLastRow) {
+  auto m = Model::load(folder("qwen2", "bf16"), two_threads());
+  std::vector<float> full = all_logits(*m, tokens_);
+  const int64_t V = m->config().vocab, n = static_cast<int64_t>(tokens_.size());
+  ContiguousSession s(*m, n);
+  s.eval(std::vector<int32_t>(tokens_.begin(), tokens_.end() - 2));
+  std::vector<float> d1 = s.eval({tokens_[n - 2]});
+  std::vector<float> d2 = s.eval({tokens_[n - 1]});
+  ASSERT_EQ(d2.size(), static_cast<size_t>(V));
+  EXPECT_LE(max_abs_diff(d1, std::vector<float>(full.end() - 2 * V, full.end() - V)),
+            rounding_tol(full));
+  EXPECT_LE(max_abs_diff(d2, std::vector<float>(full.end() - V, full.end())), rounding_tol(full));
+  // truncate + re-eval reuses the prefix
+  s.truncate(n - 1);
+  EXPECT_LE(max_abs_diff(s.eval({tokens_[n - 1]}), d2), 1e-6f);
+}
+
+// One step mixing a decode token of sequence A with a prefill chunk of sequence B (paged-style
+// slots: blocks of 4 taken alternately), after A's prompt was prefilled in an earlier step.
+TEST_F(Batching, MixedDecodeAndPrefillStep) {
+  auto m = Model::load(folder("llama", "bf16"), two_threads());
+  std::vector<int32_t> a = prompt(10, 300, 8), b = prompt(9, 300, 9);
+  std::vector<float> want_a = all_logits(*m, a), want_b = all_logits(*m, b);
+  const int64_t V = m->config().vocab;
+  auto slot = [](int seq, int p) { return (p / 4) * 8 + seq * 4 + p % 4; };
+  std::vector<int32_t> sa, sb;
+  for (int p = 0; p < 10; ++p) sa.push_back(slot(0, p));
+  for (int p = 0; p < 9; ++p) sb.push_back(slot(1, p));
+  KvCache kv = KvCache::for_model(m->config(), 24);
+  Batch first;
+  int32_t ia = first.add_sequence(std::vector<int32_t>(sa.begin(), sa.end() - 1));
+  for (int p = 0; p < 9; ++p) first.add_token(a[p], p, ia, false);
+  EXPECT_TRUE(m->forward(first, kv).empty());
+  Batch step;
+  int32_t jb = step.add_sequence(sb);
+  int32_t ja = step.add_sequence(sa);
+  for (int p = 0; p < 9; ++p) step.add_token(b[p], p, jb, p == 8);
+  step.add_token(a[9], 9, ja, true);
+  std::vector<float> got = m->forward(step, kv);
+  ASSERT_EQ(got.size(), static_cast<size_t>(2 * V));
+  EXPECT_LE(max_abs_diff(std::vector<float>(got.begin(), got.begin() + V),
+                         std::vector<float>(want_b.end() - V, want_b.end())),
+            rounding_tol(want_b));
+  EXPECT_LE(max_abs_diff(std::vector<float>(got.begin() + V, got.end()),
+                         std::vector<float>(want_a.end() - V, want_a.end())),
+            rounding_tol(want_a));
+}
+
+}  // namespace
+}  // namespace efim
+
+namespace efim {
+namespace {
+
+// A source that hides or reshapes tensors of another one.
+class AlteredSource : public TensorSource {
+ public:
+  explicit AlteredSource(std::unique_ptr<TensorSource> base) : base_(std::move(base)) {}
+  std::vector<std::string> tensor_names() const override { return base_->tensor_names(); }
+  std::optional<TensorView> find(const std::string& name) const override {
+    if (name == hide) return std::nullopt;
+    auto t = base_->find(name);
+    if (t && name == reshape) t->shape = new_shape;
+    if (t && name == retype) t->dtype = new_dtype;
+    return t;
+  }
+  std::string hide, reshape, retype;
+  std::vector<int64_t> new_shape;
+  DType new_dtype = DType::F32;
+
+ private:
+  std::unique_ptr<TensorSource> base_;
+};
+
+class Errors : public TinyModels {
+ protected:
+  std::string load_error(const std::function<void(AlteredSource&)>& alter) {
+    const std::string dir = folder("qwen2", "f32");
+    auto src = std::make_unique<AlteredSource>(SafetensorsFolder::open(dir));
+    alter(*src);
+    try {
+      Model::from_source(config_from_hf_file(dir + "/config.json"), std::move(src),
+                         WeightNaming::HF);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
+};
+
+TEST_F(Errors, WeightBindingNamesTensorExpectedAndActual) {
+  std::string e =
+      load_error([](AlteredSource& s) { s.hide = "model.layers.1.mlp.up_proj.weight"; });
+  EXPECT_NE(e.find("missing tensor model.layers.1.mlp.up_proj.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("[96, 64]"), std::string::npos) << e;
+  e = load_error([](AlteredSource& s) {
+    s.reshape = "model.layers.0.self_attn.k_proj.weight";
+    s.new_shape = {64, 32};
+  });
+  EXPECT_NE(e.find("model.layers.0.self_attn.k_proj.weight has shape [64, 32], expected [32, 64]"),
+            std::string::npos)
+      << e;
+  e = load_error([](AlteredSource& s) { s.hide = "model.layers.0.self_attn.q_proj.bias"; });
+  EXPECT_NE(e.find("q_proj.bias"), std::string::npos) << e;
+  e = load_error([](AlteredSource& s) {
+    s.retype = "model.norm.weight";
+    s.new_dtype = DType::I32;
+  });
+  EXPECT_NE(e.find("model.norm.weight has dtype i32"), std::string::npos) << e;
+}
+
+TEST_F(Errors, BadBatchesAreRejectedBeforeTouchingTheCache) {
+  auto m = Model::load(folder("llama", "f32"), two_threads());
+  KvCache kv = KvCache::for_model(m->config(), 8);
+  auto err = [&](Batch b) {
+    try {
+      m->forward(b, kv);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  Batch ok;
+  int32_t s = ok.add_sequence({0, 1, 2});
+  ok.add_token(5, 0, s, true);
+  ok.add_token(6, 1, s, true);
+  EXPECT_EQ(m->forward(ok, kv).size(), 2u * 300);
+
+  Batch b = ok;
+  b.tokens[1] = 300;
+  EXPECT_NE(err(b).find("token 300"), std::string::npos);
+  b = ok;
+  b.positions[1] = 3;
+  EXPECT_NE(err(b).find("position 3 has no slot"), std::string::npos);
+  b = ok;
+  b.sequences[0].slots[2] = 8;
+  EXPECT_NE(err(b).find("kv slot 8 outside [0, 8)"), std::string::npos);
+  b = ok;
+  b.positions[1] = 0;
+  EXPECT_NE(err(b).find("write kv slot 0"), std::string::npos);
+  b = ok;
+  b.seq[0] = 1;
+  EXPECT_NE(err(b).find("sequence index 1"), std::string::npos);
+  b = ok;
+  b.logits_rows.push_back(2);
+  EXPECT_NE(err(b).find("logits row 2"), std::string::npos);
+  KvCache wrong(1, 8, m->config().kv_dim());
+  EXPECT_THROW(m->forward(ok, wrong), Error);
+  EXPECT_THROW(Model::load(*dir_ / "no-such-model"), Error);
+}
+
+}  // namespace
+}  // namespace efim
