@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -42,6 +43,27 @@ struct GgufValue {
   std::vector<int64_t> as_ints() const;         // array of integers
   std::vector<double> as_floats() const;        // array of numbers
 };
+
+// Value builders (the type says how the value is stored in a file).
+GgufValue gguf_uint(GgufType type, uint64_t v);  // U8, U16, U32 or U64; range-checked on write
+GgufValue gguf_int(GgufType type, int64_t v);    // I8, I16, I32 or I64
+GgufValue gguf_float(GgufType type, double v);   // F32 or F64
+GgufValue gguf_bool(bool v);
+GgufValue gguf_string(std::string v);
+// Every item must have type `elem_type` (arrays may nest, up to kGgufMaxDepth levels).
+GgufValue gguf_array(GgufType elem_type, std::vector<GgufValue> items);
+
+// "u32", "string", "array", ...; "type<N>" for numbers outside the spec.
+std::string gguf_type_name(GgufType t);
+// Arrays nest at most this deep (an array of scalars has depth 1).
+inline constexpr int kGgufMaxDepth = 8;
+
+// ggml tensor type ids (ggml.h: F32=0, F16=1, Q4_0=2, Q8_0=8, Q4_K=12, I8=24, I32=26, BF16=30).
+uint32_t ggml_type_id(DType t);
+// The dtype for a ggml type id, or nullopt for ids efim does not load.
+std::optional<DType> dtype_from_ggml_type(uint32_t id);
+// ggml's name for a type id ("q6_K", "iq2_xs", ...) for error messages; "?" when unknown.
+std::string_view ggml_type_name(uint32_t id);
 
 struct GgufTensorInfo {
   std::string name;
@@ -103,6 +125,7 @@ class GgufWriter {
   std::string serialize() const;
 
  private:
+  std::string serialize_meta() const;  // everything before the data section, padded
   struct Pending {
     std::string name;
     DType dtype;

@@ -53,6 +53,10 @@ struct SafetensorsTensor {
   std::string bytes;
 };
 
+// "F32", "F16", "BF16", "I32", "I8" <-> DType; nullopt / Error for anything else.
+std::optional<DType> safetensors_dtype(const std::string& name);
+std::string safetensors_dtype_name(DType t);
+
 // Writes one file, or when max_shard_bytes > 0 and the data is larger, shards named
 // model-0000i-of-0000n.safetensors plus model.safetensors.index.json in `dir`.
 void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
