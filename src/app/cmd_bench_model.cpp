@@ -150,9 +150,13 @@ void run_bench(const BenchArgs& a) {
     double pp_share = e_pp * cost.prefill_flops_per_token / 1e9 / peak_gflops;
     double tg_share = e_tg * cost.decode_bytes / 1e9 / bandwidth_gbs;
     auto row = [&](const char* test, double e, double p, double share, const char* of) {
+      char peer_tps[32] = "-", ratio[32] = "-";
+      if (peer) {
+        std::snprintf(peer_tps, sizeof peer_tps, "%.1f", p);
+        std::snprintf(ratio, sizeof ratio, "%.2f", e / p);
+      }
       std::printf("| %s | %s | %s | %.1f | %s | %s | %.0f%% of %s |\n", name.c_str(),
-                  cost.dtype.c_str(), test, e, peer ? std::to_string(p).substr(0, 8).c_str() : "-",
-                  peer ? std::to_string(e / p).substr(0, 5).c_str() : "-", 100 * share, of);
+                  cost.dtype.c_str(), test, e, peer_tps, ratio, 100 * share, of);
     };
     row(("prefill " + std::to_string(a.prompt_len)).c_str(), e_pp, p_pp, pp_share, "FMA peak");
     row(("decode " + std::to_string(a.gen)).c_str(), e_tg, p_tg, tg_share, "bandwidth");

@@ -2,8 +2,12 @@
 
 #include <filesystem>
 
+#include <fstream>
+#include <vector>
+
 #include "base/error.h"
 #include "base/mmap_file.h"
+#include "base/progress.h"
 #include "format/gguf.h"
 
 namespace efim::app {
@@ -23,7 +27,45 @@ Tokenizer load_tokenizer(const std::string& path) {
   return Tokenizer::from_json_file(json.string());
 }
 
+namespace {
+
+// Weight files of a model path: the .gguf itself, or the folder's *.safetensors.
+std::vector<std::filesystem::path> weight_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  if (fs::is_regular_file(path)) {
+    files.emplace_back(path);
+  } else if (fs::is_directory(path)) {
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.path().extension() == ".safetensors") files.push_back(e.path());
+  }
+  return files;
+}
+
+// Reads large weight files once, with a progress bar, so that the page cache holds them before
+// the model maps them (a cold multi-GB load otherwise stalls silently in the first forward).
+void preload_with_progress(const std::string& path) {
+  constexpr uint64_t kMinBytes = 256ull << 20;
+  uint64_t total = 0;
+  auto files = weight_files(path);
+  for (const auto& f : files) total += std::filesystem::file_size(f);
+  if (total < kMinBytes) return;
+  ProgressBar bar(total, ProgressOptions{"loading", "B"});
+  std::vector<char> buf(8u << 20);
+  uint64_t done = 0;
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+      done += static_cast<uint64_t>(in.gcount());
+      bar.update(done);
+    }
+  }
+}
+
+}  // namespace
+
 LoadedModel load_model(const std::string& path, int n_threads) {
+  preload_with_progress(path);
   LoadOptions opts;
   opts.n_threads = n_threads;
   auto model = Model::load(path, opts);
