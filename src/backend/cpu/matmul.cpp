@@ -1,24 +1,101 @@
+// Kernel selection and argument checks; the arithmetic lives in matmul_*.cpp.
 #include "backend/cpu/matmul.h"
 
-#include <vector>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backend/cpu/kernels.h"
+#include "base/error.h"
 
 namespace efim::cpu {
 
-// Placeholder dispatch: rows of W split across threads, scalar inner loop. The SIMD kernels
-// replace this body; matmul_reference stays the definition.
-void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
-  pool.parallel_for(w.rows, 16, [&](int, int64_t n0, int64_t n1) {
-    std::vector<float> row(static_cast<size_t>(w.cols));
-    for (int64_t n = n0; n < n1; ++n) {
-      dequantize_row(w, n, row.data());
-      for (int64_t i = 0; i < m; ++i) {
-        const float* xi = x + i * w.cols;
-        float acc = 0;
-        for (int64_t k = 0; k < w.cols; ++k) acc += xi[k] * row[k];
-        y[i * w.rows + n] = acc;
-      }
+std::string_view kernel_name(CpuKernel k) {
+  switch (k) {
+    case CpuKernel::Scalar:
+      return "scalar";
+    case CpuKernel::Avx2:
+      return "avx2";
+  }
+  return "unknown";
+}
+
+bool kernel_supported(CpuKernel k) {
+  switch (k) {
+    case CpuKernel::Scalar:
+      return true;
+    case CpuKernel::Avx2:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+  }
+  return false;
+}
+
+namespace {
+
+CpuKernel choose_kernel() {
+  if (const char* env = std::getenv("EFIM_KERNEL"); env != nullptr && *env != '\0') {
+    std::string_view want(env);
+    for (CpuKernel k : {CpuKernel::Scalar, CpuKernel::Avx2}) {
+      if (kernel_name(k) != want) continue;
+      EFIM_CHECK(kernel_supported(k), "EFIM_KERNEL=", want, " but this CPU lacks the ",
+                 "instructions it needs (AVX2, FMA and F16C)");
+      return k;
     }
-  });
+    fail("EFIM_KERNEL='", want, "' is not a kernel variant (expected scalar or avx2)");
+  }
+  return kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Scalar;
+}
+
+void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y) {
+  EFIM_CHECK(m >= 0 && w.rows >= 0 && w.cols >= 0, "matmul: negative shape: m=", m,
+             " W.rows=", w.rows, " W.cols=", w.cols);
+  // Throws for column counts that are not whole blocks of the dtype.
+  dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+  if (m == 0 || w.rows == 0) return;
+  EFIM_CHECK(y != nullptr, "matmul: null output for m=", m, " n=", w.rows);
+  if (w.cols == 0) return;
+  EFIM_CHECK(x != nullptr && w.data != nullptr,
+             "matmul: null input (x=", static_cast<const void*>(x), ", W=", w.data, ")");
+}
+
+}  // namespace
+
+CpuKernel active_kernel() {
+  static const CpuKernel kernel = choose_kernel();
+  return kernel;
+}
+
+void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y,
+            CpuKernel kernel) {
+  check_args(x, m, w, y);
+  EFIM_CHECK(kernel_supported(kernel), "matmul: kernel variant ", kernel_name(kernel),
+             " is not supported by this CPU");
+  if (m == 0 || w.rows == 0) return;
+  if (w.cols == 0) {  // empty sums
+    std::memset(y, 0, static_cast<size_t>(m * w.rows) * sizeof(float));
+    return;
+  }
+  switch (w.dtype) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_K:
+      break;
+    default:
+      fail("matmul: unsupported weight dtype ", dtype_name(w.dtype));
+  }
+  if (kernel == CpuKernel::Scalar) return detail::matmul_scalar(pool, x, m, w, y);
+  if (w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0)
+    return detail::matmul_quant_avx2(pool, x, m, w, y);
+  detail::matmul_float_avx2(pool, x, m, w, y);
+}
+
+void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
+  matmul(pool, x, m, w, y, active_kernel());
 }
 
 }  // namespace efim::cpu

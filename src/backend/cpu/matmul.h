@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
@@ -20,12 +21,30 @@ struct WeightMatrix {
 // y[m, n] = sum_k x[m, k] * W[n, k]
 // x: [m, W.cols] f32 row-major, y: [m, W.rows] f32 row-major. Uses the fastest kernel for the
 // CPU (chosen once at run time) and all threads of the pool.
+// Q8_0 / Q4_0 weights: x is quantized to Q8_0-like blocks (f32 scale, int8 quants, rounding
+// to nearest) once per call and the products are integer dot products per 32-block, as in
+// llama.cpp; the relative error this adds is about 2^-8 of sum_k |x_k w_k|.
 void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y);
 
-// Scalar reference of matmul: the definition every optimised kernel is tested against.
+// Scalar reference of matmul: the definition every optimised kernel is tested against
+// (f64 accumulation of x times the dequantized weights, no activation quantization).
 void matmul_reference(const float* x, int64_t m, const WeightMatrix& w, float* y);
 
 // out[cols] = row r of W in f32.
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out);
+
+// ---- kernel variants (chosen at run time by CPU features) ----
+enum class CpuKernel : uint8_t { Scalar, Avx2 };
+
+std::string_view kernel_name(CpuKernel k);
+// Whether this CPU can run the variant (Avx2 needs AVX2 + FMA + F16C).
+bool kernel_supported(CpuKernel k);
+// The variant matmul uses: EFIM_KERNEL=scalar|avx2 if set (Error if unknown or unsupported),
+// else the best one the CPU supports. Decided once per process.
+CpuKernel active_kernel();
+
+// matmul with an explicit variant (tests and benchmarks); Error if the CPU lacks it.
+void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y,
+            CpuKernel kernel);
 
 }  // namespace efim::cpu

@@ -1,0 +1,59 @@
+// Internal interface between the matmul dispatcher and its kernel variants.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+
+namespace efim::cpu::detail {
+
+// Activations quantized for the integer kernels, one Q8_0-like block per 32 values of a row:
+// x[i][32b + j] ~= d[i][b] * q[i][32b + j]. Unlike the Q8_0 file format, d stays f32 (more
+// accurate, no conversion in the inner loop) and the quant sum is kept for Q4_0's -8 offset.
+struct QuantizedRows {
+  int64_t m = 0, k = 0, nb = 0;  // nb = k / 32 blocks per row
+  std::vector<int8_t> q;         // [m][k]  quants in [-127, 127], rounded to nearest even
+  std::vector<float> d;          // [m][nb] scales amax / 127
+  std::vector<int32_t> sum;      // [m][nb] sum of the block's 32 quants
+
+  void resize(int64_t rows, int64_t cols);
+};
+
+// Both produce identical bytes (same float operations, same rounding).
+void quantize_rows_scalar(const float* x, int64_t m, int64_t k, QuantizedRows& out);
+void quantize_rows_avx2(const float* x, int64_t m, int64_t k, QuantizedRows& out);
+
+// Kernel bodies; shapes as in matmul, already validated, m > 0, rows > 0, cols > 0.
+void matmul_scalar(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y);
+// F32, F16, BF16 (and any other dtype through dequantize_row): f32 FMA.
+void matmul_float_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                       float* y);
+// Q8_0 and Q4_0: int8 dot products on quantized activations.
+void matmul_quant_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                       float* y);
+
+// Start of row r of W.
+inline const uint8_t* weight_row(const WeightMatrix& w, int64_t r) {
+  return static_cast<const uint8_t*>(w.data) +
+         static_cast<uint64_t>(r) * dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+}
+
+// Chunk size for parallel_for over `units` work units: about 8 chunks per thread so that
+// dynamic hand-out balances threads slowed by other work, never below `min_grain`.
+inline int64_t balanced_grain(int64_t units, int threads, int64_t min_grain = 1) {
+  int64_t g = units / (8 * static_cast<int64_t>(threads));
+  return g < min_grain ? min_grain : g;
+}
+
+// Products smaller than this many multiply-adds run on the calling thread: waking the pool
+// costs ~15 us (measured, 2 threads), more than such a product takes on one core even when
+// its weights come from DRAM (128K bf16 weights = 256 KB, ~25 us at 10 GB/s per core).
+constexpr int64_t kSerialMacs = 128 * 1024;
+
+// balanced_grain, or all units in one chunk (run inline) when the whole product is small.
+inline int64_t grain_for(int64_t units, int64_t macs, int threads, int64_t min_grain = 1) {
+  return macs < kSerialMacs ? units : balanced_grain(units, threads, min_grain);
+}
+
+}  // namespace efim::cpu::detail

@@ -1,0 +1,444 @@
+// AVX2 kernels for Q8_0 and Q4_0 weights: integer dot products against activations quantized
+// once per call to int8 blocks of 32 (QuantizedRows), one f32 FMA per block to apply the
+// scales d_w * d_x.
+//
+// GEMM (m >= kGemmMinRows): a panel of 8 weight rows is repacked into an "interleaved" form
+// where, for every block b and step s in 0..7, one 32-byte vector holds 4 consecutive quants
+// (k = 32b + 4s .. 32b + 4s + 3) of each of the 8 rows:
+//     panel[b][s] = | row0 q[4s..4s+3] | row1 q[4s..4s+3] | ... | row7 q[4s..4s+3] |
+// (Q4_0 nibbles are unpacked to bytes 0..15). Broadcasting the matching 4 quants of one x row
+// to all 8 lanes, _mm256_maddubs_epi16 + _mm256_madd_epi16 give in lane r the partial dot of
+// weight row r, so after a block each x row holds 8 block dots in one register and the scales
+// apply as one vector FMA with the 8 row scales; y gets 8 contiguous outputs with no
+// horizontal sums. The micro-kernel handles 4 x rows per panel load (weights reused 4 times).
+//   Q4_0: quants are unsigned 0..15, so maddubs(w, x) needs no sign trick; its pair sums are
+//         at most 2*15*127 = 3810, so 8 steps add up in int16 (<= 30480) before one madd; the
+//         -8 offset is subtracted once per block as 8 * sum(x quants).
+//   Q8_0: maddubs needs an unsigned operand: |w| times x with w's sign moved onto x
+//         (_mm256_sign_epi8), pair sums <= 2*128*127 = 32512 fit int16, widened every step.
+//
+// GEMV (m < kGemmMinRows, decode): W is streamed once in its file layout, 4 rows at a time
+// sharing each loaded x block; a block dot is maddubs + madd and one FMA with d_w * d_x.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "tensor/quant.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace efim::cpu::detail {
+
+namespace {
+
+constexpr int kNR = 8;  // weight rows per interleaved panel
+constexpr int kMR = 4;  // x rows per micro-tile
+constexpr int64_t kGemmMinRows = 3;
+constexpr int kPanelBlockBytes = kNR * kQBlock;  // 256 bytes per block of a panel
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline float f16(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+
+// The 32 quants of a Q4_0 block as bytes 0..15 in element order.
+inline __m256i unpack_q4(const uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(v, mask);                     // elements 0..15
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);  // elements 16..31
+  return _mm256_set_m128i(hi, lo);
+}
+
+inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// In-place transpose of an 8 x 8 matrix of 32-bit elements (r[i] = row i -> column i).
+inline void transpose8_epi32(__m256i r[8]) {
+  __m256 v[8], t[8], s[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) v[i] = _mm256_castsi256_ps(r[i]);
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < 8; h += 4) {
+    s[h + 0] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    s[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    s[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    s[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_castps_si256(_mm256_permute2f128_ps(s[c], s[c + 4], 0x20));
+    r[c + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(s[c], s[c + 4], 0x31));
+  }
+}
+
+// ---- GEMM ----
+
+// Interleaved panel of weight rows [n0, n0 + nr): quants [nb][8 steps][32 bytes] and scales
+// [nb][8] f32; missing rows (nr < 8) are zero.
+void pack_panel(const WeightMatrix& w, int64_t n0, int nr, uint8_t* quants, float* scales) {
+  const int64_t nb = w.cols / kQBlock;
+  const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+  const auto* base = static_cast<const uint8_t*>(w.data) + n0 * stride;
+  const bool q4 = w.dtype == DType::Q4_0;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i v[8];  // loops over v[] unrolled: it stays in registers
+#pragma GCC unroll 8
+    for (int r = 0; r < kNR; ++r) {
+      if (r >= nr) {
+        v[r] = _mm256_setzero_si256();
+        scales[b * kNR + r] = 0.0f;
+      } else if (q4) {
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(base + r * stride) + b;
+        v[r] = unpack_q4(blk->qs);
+        scales[b * kNR + r] = f16(blk->d);
+      } else {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(base + r * stride) + b;
+        v[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+        scales[b * kNR + r] = f16(blk->d);
+      }
+    }
+    transpose8_epi32(v);  // v[s] = 4 quants of step s for rows 0..7
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(quants + b * kPanelBlockBytes + 32 * s), v[s]);
+  }
+}
+
+struct TileArgs {
+  const QuantizedRows* a;
+  int64_t i0;             // first x row of the tile
+  const uint8_t* quants;  // interleaved panel
+  const float* scales;    // [nb][8]
+  float* y;               // y + i0 * ldy + n0
+  int64_t ldy;
+  int ncols;  // valid weight rows of the panel
+};
+
+template <int MR>
+void store_tile(const TileArgs& t, const __m256 acc[MR]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    if (t.ncols == kNR) {
+      _mm256_storeu_ps(t.y + i * t.ldy, acc[i]);
+    } else {
+      alignas(32) float tmp[kNR];
+      _mm256_store_ps(tmp, acc[i]);
+      std::memcpy(t.y + i * t.ldy, tmp, static_cast<size_t>(t.ncols) * sizeof(float));
+    }
+  }
+}
+
+template <int MR>
+void tile_q4(const TileArgs& t) {
+  const QuantizedRows& a = *t.a;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MR];  // every loop over MR is unrolled: arrays stay in registers
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < a.nb; ++b) {
+    const uint8_t* wp = t.quants + b * kPanelBlockBytes;
+    __m256i dot16[MR];  // int16 pair sums, <= 8 * 3810 (see the file comment)
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) dot16[i] = _mm256_setzero_si256();
+// Unrolled by 2 only: GCC reassociates fully unrolled integer sums into a tree whose
+// partial results spill to the stack (measured 1.3-1.5x slower).
+#pragma GCC unroll 2
+    for (int s = 0; s < 8; ++s) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * s));
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m256i xv = bcast4(a.q.data() + (t.i0 + i) * a.k + b * kQBlock + 4 * s);
+        dot16[i] = _mm256_add_epi16(dot16[i], _mm256_maddubs_epi16(wv, xv));
+      }
+    }
+    const __m256 dw = _mm256_loadu_ps(t.scales + b * kNR);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const size_t ib = static_cast<size_t>((t.i0 + i) * a.nb + b);
+      __m256i dot = _mm256_madd_epi16(dot16[i], ones);
+      dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(8 * a.sum[ib]));  // nibble offset -8
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[ib])),
+                               acc[i]);
+    }
+  }
+  store_tile<MR>(t, acc);
+}
+
+template <int MR>
+void tile_q8(const TileArgs& t) {
+  const QuantizedRows& a = *t.a;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MR];  // every loop over MR is unrolled: arrays stay in registers
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < a.nb; ++b) {
+    const uint8_t* wp = t.quants + b * kPanelBlockBytes;
+    __m256i dot[MR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) dot[i] = _mm256_setzero_si256();
+// Unrolled by 2 only: GCC reassociates fully unrolled integer sums into a tree whose
+// partial results spill to the stack (measured 1.3-1.5x slower).
+#pragma GCC unroll 2
+    for (int s = 0; s < 8; ++s) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * s));
+      const __m256i aw = _mm256_abs_epi8(wv);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m256i xv = bcast4(a.q.data() + (t.i0 + i) * a.k + b * kQBlock + 4 * s);
+        const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv));
+        dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(p, ones));
+      }
+    }
+    const __m256 dw = _mm256_loadu_ps(t.scales + b * kNR);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const float dx = a.d[static_cast<size_t>((t.i0 + i) * a.nb + b)];
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)),
+                               acc[i]);
+    }
+  }
+  store_tile<MR>(t, acc);
+}
+
+template <int MR>
+void tile(DType dt, const TileArgs& t) {
+  if (dt == DType::Q4_0)
+    tile_q4<MR>(t);
+  else
+    tile_q8<MR>(t);
+}
+
+void tile_rows(DType dt, TileArgs t, int64_t rows) {
+  const int64_t end = t.i0 + rows;
+  for (; t.i0 + kMR <= end; t.i0 += kMR, t.y += kMR * t.ldy) tile<kMR>(dt, t);
+  switch (end - t.i0) {
+    case 3:
+      return tile<3>(dt, t);
+    case 2:
+      return tile<2>(dt, t);
+    case 1:
+      return tile<1>(dt, t);
+    default:
+      return;
+  }
+}
+
+void gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y) {
+  const int64_t m = a.m, n = w.rows;
+  const int64_t panels = (n + kNR - 1) / kNR;
+  // Split m too when there are few panels, so that every thread gets several work items.
+  const int64_t want_items = 4 * static_cast<int64_t>(pool.size());
+  int64_t m_blocks = std::min((want_items + panels - 1) / panels, (m + kMR - 1) / kMR);
+  m_blocks = std::max<int64_t>(1, m_blocks);
+  const int64_t m_block = ((m + m_blocks - 1) / m_blocks + kMR - 1) / kMR * kMR;
+  m_blocks = (m + m_block - 1) / m_block;
+  const int64_t items = panels * m_blocks;
+  pool.parallel_for(items, grain_for(items, m * n * a.k, pool.size()),
+                    [&](int, int64_t it0, int64_t it1) {
+                      static thread_local std::vector<uint8_t> quants;  // [nb][8][32]
+                      static thread_local std::vector<float> scales;    // [nb][8]
+                      quants.resize(static_cast<size_t>(a.nb * kPanelBlockBytes));
+                      scales.resize(static_cast<size_t>(a.nb * kNR));
+                      int64_t packed = -1;
+                      for (int64_t it = it0; it < it1; ++it) {
+                        const int64_t p = it / m_blocks, mb = it % m_blocks;
+                        const int64_t n0 = p * kNR;
+                        const int nr = static_cast<int>(std::min<int64_t>(kNR, n - n0));
+                        if (packed != p) {
+                          pack_panel(w, n0, nr, quants.data(), scales.data());
+                          packed = p;
+                        }
+                        const int64_t i0 = mb * m_block;
+                        TileArgs t{&a, i0, quants.data(), scales.data(), y + i0 * n + n0, n, nr};
+                        tile_rows(w.dtype, t, std::min(m_block, m - i0));
+                      }
+                    });
+}
+
+// ---- GEMV ----
+
+// out[i][r] = x row i . weight row r for MX (1 or 2) x rows and 4 weight rows.
+template <DType T, int MX>
+void gemv_4rows(const QuantizedRows& a, int64_t i0, const uint8_t* const rows[4], int64_t prefetch,
+                float out[MX][4]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[4][MX];  // all loops over r and i unrolled: acc stays in registers
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 2
+    for (int i = 0; i < MX; ++i) acc[r][i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < a.nb; ++b) {
+    __m256i xv[MX], corr[MX];
+    float dx[MX];
+#pragma GCC unroll 2
+    for (int i = 0; i < MX; ++i) {
+      const size_t ib = static_cast<size_t>((i0 + i) * a.nb + b);
+      xv[i] = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(a.q.data() + (i0 + i) * a.k + b * kQBlock));
+      dx[i] = a.d[ib];
+      // Q4_0's -8 offset: one lane carries 8 * sum(x quants), the lane sum is what counts.
+      if constexpr (T == DType::Q4_0)
+        corr[i] = _mm256_castsi128_si256(_mm_cvtsi32_si128(8 * a.sum[ib]));
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      float dw;
+      __m256i wq;
+      // Short rows defeat the hardware prefetcher: fetch the rows `prefetch` bytes ahead.
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + prefetch +
+                       b * int64_t{T == DType::Q4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0)},
+                   _MM_HINT_T0);
+      if constexpr (T == DType::Q4_0) {
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
+        wq = unpack_q4(blk->qs);
+        dw = f16(blk->d);
+      } else {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
+        wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+        dw = f16(blk->d);
+      }
+      const __m256i aw = T == DType::Q4_0 ? wq : _mm256_abs_epi8(wq);
+#pragma GCC unroll 2
+      for (int i = 0; i < MX; ++i) {
+        __m256i dot;
+        if constexpr (T == DType::Q4_0) {
+          dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv[i]), ones), corr[i]);
+        } else {
+          dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[i], wq)), ones);
+        }
+        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * dx[i]), acc[r][i]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 2
+    for (int i = 0; i < MX; ++i) out[i][r] = hsum(acc[r][i]);
+}
+
+template <DType T>
+void gemv_group(const QuantizedRows& a, const uint8_t* const rows[4], int nr, int64_t prefetch,
+                float* y, int64_t ldy) {
+  for (int64_t i = 0; i < a.m; i += 2) {
+    float out[2][4];
+    const int64_t mx = std::min<int64_t>(2, a.m - i);
+    if (mx == 2)
+      gemv_4rows<T, 2>(a, i, rows, prefetch, out);
+    else
+      gemv_4rows<T, 1>(a, i, rows, prefetch, out);
+    for (int64_t ii = 0; ii < mx; ++ii)
+      for (int r = 0; r < nr; ++r) y[(i + ii) * ldy + r] = out[ii][r];
+  }
+}
+
+void gemv(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y) {
+  const int64_t n = w.rows;
+  const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+  const int64_t groups = (n + 3) / 4;
+  pool.parallel_for(
+      groups, grain_for(groups, a.m * n * a.k, pool.size()), [&](int, int64_t g0, int64_t g1) {
+        for (int64_t g = g0; g < g1; ++g) {
+          const int64_t n0 = 4 * g;
+          const int nr = static_cast<int>(std::min<int64_t>(4, n - n0));
+          const uint8_t* rows[4];
+          // Missing rows of the last group repeat the last valid row; their outputs are dropped.
+          for (int r = 0; r < 4; ++r)
+            rows[r] = static_cast<const uint8_t*>(w.data) + (n0 + std::min(r, nr - 1)) * stride;
+          // Two groups ahead (within W: the last groups read nothing past its end).
+          const int64_t pf = n0 + 12 <= n ? 8 * static_cast<int64_t>(stride) : 0;
+          if (w.dtype == DType::Q4_0)
+            gemv_group<DType::Q4_0>(a, rows, nr, pf, y + n0, n);
+          else
+            gemv_group<DType::Q8_0>(a, rows, nr, pf, y + n0, n);
+        }
+      });
+}
+
+}  // namespace
+
+namespace {
+
+// Row i of x -> quants, scales and sums of row i of `out` (already sized).
+void quantize_row_avx2(const float* x, int64_t i, QuantizedRows& out) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const int64_t k = out.k;
+  for (int64_t b = 0; b < out.nb; ++b) {
+    const float* xb = x + i * k + b * kQBlock;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(xb + 8 * j);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float d = _mm_cvtss_f32(m4) / 127.0f;
+    const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j)  // cvtps rounds to nearest even (default MXCSR)
+      q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id));
+    const __m256i sum =
+        _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    // Pack 32 int32 -> 32 int8; the packs work per 128-bit lane, the permute restores order.
+    const __m256i q16a = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i q16b = _mm256_packs_epi32(q[2], q[3]);
+    __m256i q8 = _mm256_packs_epi16(q16a, q16b);
+    q8 = _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + i * k + b * kQBlock), q8);
+    out.d[static_cast<size_t>(i * out.nb + b)] = d;
+    out.sum[static_cast<size_t>(i * out.nb + b)] = hsum_epi32(sum);
+  }
+}
+
+}  // namespace
+
+// Same float operations as quantize_rows_scalar: amax, d = amax / 127, q = round(x * (1 / d)).
+void quantize_rows_avx2(const float* x, int64_t m, int64_t k, QuantizedRows& out) {
+  out.resize(m, k);
+  for (int64_t i = 0; i < m; ++i) quantize_row_avx2(x, i, out);
+}
+
+void matmul_quant_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                       float* y) {
+  static thread_local QuantizedRows buffer;  // reused across calls: no allocation per token
+  QuantizedRows& acts = buffer;  // the workers must see this thread's instance, not theirs
+  acts.resize(m, w.cols);
+  // Rows in parallel for prefill (a serial pass would cost ~5% of the GEMM on 2 threads).
+  pool.parallel_for(m, grain_for(m, m * w.cols * 8, pool.size(), 4),
+                    [&](int, int64_t i0, int64_t i1) {
+                      for (int64_t i = i0; i < i1; ++i) quantize_row_avx2(x, i, acts);
+                    });
+  if (m < kGemmMinRows) return gemv(pool, acts, w, y);
+  gemm(pool, acts, w, y);
+}
+
+}  // namespace efim::cpu::detail
+
+#pragma GCC pop_options

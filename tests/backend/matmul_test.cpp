@@ -1,0 +1,288 @@
+// Differential tests of the matmul kernel variants against matmul_reference (f64 over the
+// dequantized weights), with per-dtype tolerances derived from the arithmetic.
+#include "backend/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "base/error.h"
+#include "tensor/quant.h"
+
+namespace efim::cpu {
+namespace {
+
+struct Shape {
+  int64_t m, k, n;
+};
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// Q4_K has no quantizer here: random super-blocks with moderate super-scales.
+std::vector<uint8_t> random_q4k(int64_t n_elems, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> bytes(dtype_row_bytes(DType::Q4_K, static_cast<uint64_t>(n_elems)));
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  for (size_t off = 0; off < bytes.size(); off += sizeof(BlockQ4_K)) {
+    const uint16_t d = f32_to_f16(0.001f + 0.0001f * static_cast<float>(rng() % 16));
+    const uint16_t dmin = f32_to_f16(0.0005f * static_cast<float>(rng() % 8));
+    std::memcpy(&bytes[off], &d, 2);
+    std::memcpy(&bytes[off + 2], &dmin, 2);
+  }
+  return bytes;
+}
+
+struct Problem {
+  Shape s;
+  DType dtype;
+  std::vector<float> x;       // [m][k]
+  std::vector<uint8_t> wbuf;  // W bytes in dtype
+  std::vector<float> wf;      // [n][k] dequantized W
+  WeightMatrix w;
+};
+
+Problem make_problem(Shape s, DType t, uint32_t seed) {
+  Problem p{s, t, random_vec(static_cast<size_t>(s.m * s.k), seed), {}, {}, {}};
+  // Spread of magnitudes per row of x, as activations after a norm have.
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.k; ++j) p.x[static_cast<size_t>(i * s.k + j)] *= 1.0f + (j % 7);
+  if (t == DType::Q4_K) {
+    p.wbuf = random_q4k(s.n * s.k, seed + 1);
+  } else {
+    const auto wsrc = random_vec(static_cast<size_t>(s.n * s.k), seed + 1, 0.5f);
+    p.wbuf = quantize(wsrc.data(), s.n * s.k, t);
+  }
+  p.w = WeightMatrix{t, s.n, s.k, p.wbuf.data()};
+  p.wf.resize(static_cast<size_t>(s.n * s.k));
+  for (int64_t r = 0; r < s.n; ++r) dequantize_row(p.w, r, p.wf.data() + r * s.k);
+  return p;
+}
+
+// sum_k |x_k w_k| for output (i, r): the scale of rounding errors in a dot product.
+double abs_dot(const Problem& p, int64_t i, int64_t r) {
+  double s = 0;
+  for (int64_t j = 0; j < p.s.k; ++j)
+    s += std::fabs(p.x[static_cast<size_t>(i * p.s.k + j)] *
+                   p.wf[static_cast<size_t>(r * p.s.k + j)]);
+  return s;
+}
+
+// Bound on the error of quantizing x to int8 blocks: each x_k moves by at most
+// d_x / 2 = amax_block / 254, so the dot moves by at most sum_b amax_b / 254 * sum_{k in b} |w_k|.
+double act_quant_bound(const Problem& p, int64_t i, int64_t r) {
+  double bound = 0;
+  for (int64_t b = 0; b < p.s.k / kQBlock; ++b) {
+    double amax = 0, wsum = 0;
+    for (int j = 0; j < kQBlock; ++j) {
+      const int64_t kk = b * kQBlock + j;
+      amax =
+          std::max(amax, static_cast<double>(std::fabs(p.x[static_cast<size_t>(i * p.s.k + kk)])));
+      wsum += std::fabs(p.wf[static_cast<size_t>(r * p.s.k + kk)]);
+    }
+    bound += amax / 254.0 * wsum;
+  }
+  return bound;
+}
+
+bool is_int8_path(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0;
+}
+
+// Tolerance of a kernel against matmul_reference for output (i, r):
+//   float paths: f32 accumulation, 2e-5 of sum |x w| (k <= 1024, error grows ~ sqrt(k) eps);
+//   int8 paths: the activation quantization bound above plus the same f32 term.
+double tolerance(const Problem& p, int64_t i, int64_t r) {
+  double tol = 2e-5 * abs_dot(p, i, r) + 1e-6;
+  if (is_int8_path(p.dtype)) tol += act_quant_bound(p, i, r);
+  return tol;
+}
+
+std::vector<float> run(const Problem& p, CpuKernel kernel, int threads) {
+  ThreadPool pool(threads);
+  std::vector<float> y(static_cast<size_t>(p.s.m * p.s.n), NAN);
+  matmul(pool, p.x.data(), p.s.m, p.w, y.data(), kernel);
+  return y;
+}
+
+void expect_close_to_reference(const Problem& p, const std::vector<float>& y,
+                               const std::string& what) {
+  std::vector<float> ref(y.size());
+  matmul_reference(p.x.data(), p.s.m, p.w, ref.data());
+  int bad = 0;
+  for (int64_t i = 0; i < p.s.m; ++i) {
+    for (int64_t r = 0; r < p.s.n; ++r) {
+      const size_t at = static_cast<size_t>(i * p.s.n + r);
+      const double tol = tolerance(p, i, r);
+      if (!(std::fabs(y[at] - ref[at]) <= tol) && ++bad <= 5)
+        ADD_FAILURE() << what << " y[" << i << "][" << r << "] = " << y[at] << ", reference "
+                      << ref[at] << ", tolerance " << tol;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+  // The worst-case bound of the int8 paths is loose; typical errors must be far smaller:
+  // activation rounding is ~uniform in +-d/2, about 0.5% of these dots (2% leaves room for the
+  // smallest shapes).
+  double err2 = 0, ref2 = 0;
+  for (size_t at = 0; at < y.size(); ++at) {
+    err2 += (y[at] - ref[at]) * static_cast<double>(y[at] - ref[at]);
+    ref2 += ref[at] * static_cast<double>(ref[at]);
+  }
+  const double rel_rms = std::sqrt(err2 / std::max(ref2, 1e-30));
+  EXPECT_LT(rel_rms, is_int8_path(p.dtype) ? 0.02 : 1e-5) << what;
+}
+
+const Shape kShapes[] = {
+    {1, 64, 7},
+    {1, 768, 130},
+    {2, 96, 13},
+    {3, 128, 33},
+    {4, 32, 16},
+    {5, 256, 17},
+    {6, 64, 16},
+    {7, 384, 40},
+    {13, 768, 50},
+    {64, 256, 128},
+    {37, 1024, 24},
+    {1, 2048, 9},
+    {100, 160, 3},
+    {8, 128, 24},
+    {11, 64, 40},
+    {9, 96, 17},
+    // Above kSerialMacs (128K multiply-adds), so that the threaded GEMV / GEMM paths run:
+    {1, 1024, 640},
+    {2, 512, 700},
+    {5, 768, 200},
+    {3, 512, 400},
+};
+
+std::vector<CpuKernel> variants() {
+  std::vector<CpuKernel> v{CpuKernel::Scalar};
+  if (kernel_supported(CpuKernel::Avx2)) v.push_back(CpuKernel::Avx2);
+  return v;
+}
+
+class MatmulDtype : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MatmulDtype, EveryVariantMatchesReference) {
+  const DType t = GetParam();
+  uint32_t seed = 1;
+  for (const Shape& s : kShapes) {
+    if (t == DType::Q4_K && s.k % kQKBlock != 0) continue;  // Q4_K needs k % 256 == 0
+    const Problem p = make_problem(s, t, seed += 7);
+    for (CpuKernel kernel : variants()) {
+      for (int threads : {1, 2, 3}) {
+        const std::string what = str(dtype_name(t), " ", kernel_name(kernel), " threads=", threads,
+                                     " m=", s.m, " k=", s.k, " n=", s.n);
+        expect_close_to_reference(p, run(p, kernel, threads), what);
+      }
+    }
+  }
+}
+
+// Float weights with k not a multiple of the SIMD width (tails of the k loops).
+TEST_P(MatmulDtype, OddK) {
+  const DType t = GetParam();
+  if (dtype_info(t).block_elems != 1) return;  // block formats cannot have odd k
+  for (Shape s : {Shape{1, 37, 9}, Shape{2, 13, 5}, Shape{9, 37, 19}, Shape{6, 7, 33}}) {
+    const Problem p = make_problem(s, t, 99);
+    for (CpuKernel kernel : variants())
+      expect_close_to_reference(
+          p, run(p, kernel, 2),
+          str(dtype_name(t), " ", kernel_name(kernel), " m=", s.m, " k=", s.k));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, MatmulDtype,
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
+                                           DType::Q4_0, DType::Q4_K),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The int8 kernels do exactly the scalar kernel's integer arithmetic: only the order of the
+// f32 accumulation of per-block partial results differs.
+TEST(MatmulInt8, Avx2MatchesScalarArithmetic) {
+  if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
+  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    for (Shape s : {Shape{1, 768, 64}, Shape{2, 384, 20}, Shape{3, 256, 8}, Shape{17, 1024, 72},
+                    Shape{64, 2048, 32}, Shape{1, 1024, 600}, Shape{2, 1024, 300}}) {
+      const Problem p = make_problem(s, t, 5);
+      const auto a = run(p, CpuKernel::Avx2, 2), b = run(p, CpuKernel::Scalar, 1);
+      int bad = 0;
+      for (int64_t i = 0; i < s.m; ++i) {
+        for (int64_t r = 0; r < s.n; ++r) {
+          const size_t at = static_cast<size_t>(i * s.n + r);
+          const double tol = 2e-6 * abs_dot(p, i, r) + 1e-7;
+          if (!(std::fabs(a[at] - b[at]) <= tol) && ++bad <= 5)
+            ADD_FAILURE() << dtype_name(t) << " m=" << s.m << " y[" << i << "][" << r << "]: avx2 "
+                          << a[at] << " scalar " << b[at] << " tol " << tol;
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  }
+}
+
+TEST(MatmulInt8, ActivationQuantizersAgreeBytewise) {
+  if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
+  auto x = random_vec(5 * 256, 3, 4.0f);
+  x[10] = 0.5f * 127.0f / 4.0f;  // a few exact ties in some blocks
+  for (int j = 32; j < 64; ++j) x[static_cast<size_t>(j)] = 0.0f;  // an all-zero block
+  detail::QuantizedRows a, b;
+  detail::quantize_rows_scalar(x.data(), 5, 256, a);
+  detail::quantize_rows_avx2(x.data(), 5, 256, b);
+  EXPECT_EQ(a.q, b.q);
+  EXPECT_EQ(a.d, b.d);
+  EXPECT_EQ(a.sum, b.sum);
+  EXPECT_EQ(a.d[1], 0.0f);
+  // Dequantized activations are within half a step of x.
+  for (int64_t i = 0; i < 5 * 256; ++i) {
+    const float d = a.d[static_cast<size_t>(i / kQBlock)];
+    EXPECT_LE(std::fabs(d * a.q[static_cast<size_t>(i)] - x[static_cast<size_t>(i)]),
+              0.5f * d + 1e-6f);
+  }
+}
+
+TEST(Matmul, ZeroSizesAndBadArguments) {
+  ThreadPool pool(2);
+  std::vector<float> x(64, 1.0f), y(4, 7.0f);
+  std::vector<float> wdata(64, 1.0f);
+  WeightMatrix w{DType::F32, 2, 32, wdata.data()};
+  matmul(pool, x.data(), 0, w, y.data());  // m = 0: nothing written
+  EXPECT_EQ(y[0], 7.0f);
+  WeightMatrix empty{DType::F32, 2, 0, nullptr};
+  matmul(pool, x.data(), 2, empty, y.data());  // k = 0: empty sums
+  EXPECT_EQ(y[3], 0.0f);
+  WeightMatrix i8{DType::I8, 2, 32, wdata.data()};
+  EXPECT_THROW(matmul(pool, x.data(), 1, i8, y.data()), Error);
+  WeightMatrix q8_bad{DType::Q8_0, 2, 48, wdata.data()};  // 48 is not whole blocks
+  EXPECT_THROW(matmul(pool, x.data(), 1, q8_bad, y.data()), Error);
+  WeightMatrix null_data{DType::F32, 2, 32, nullptr};
+  EXPECT_THROW(matmul(pool, x.data(), 1, null_data, y.data()), Error);
+}
+
+TEST(Matmul, ActiveKernelIsTheBestSupported) {
+  // Without EFIM_KERNEL the dispatcher uses AVX2 exactly when the CPU has it; with it, the
+  // variant named there.
+  const char* env = std::getenv("EFIM_KERNEL");
+  if (env != nullptr && *env != '\0') {
+    EXPECT_EQ(kernel_name(active_kernel()), std::string(env));
+  } else {
+    EXPECT_EQ(active_kernel(),
+              kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Scalar);
+  }
+}
+
+}  // namespace
+}  // namespace efim::cpu

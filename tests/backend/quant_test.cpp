@@ -1,0 +1,237 @@
+// Quantization formats: hand-computed values, and byte-exact agreement with llama.cpp's ggml
+// (the prebuilt libggml-base.so that scripts/deps.sh installs under .deps).
+#include "tensor/quant.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+
+namespace efim {
+namespace {
+
+TEST(Quant, Q8_0RoundsHalfAwayFromZero) {
+  // amax = 127 makes d = 1 and 1/d = 1 exactly, so the quants are round(x).
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;
+  x[1] = 2.5f;
+  x[2] = -2.5f;
+  x[3] = 0.5f;
+  x[4] = -126.49f;
+  x[5] = 3.2f;
+  BlockQ8_0 b;
+  quantize_row_q8_0(x.data(), 32, &b);
+  EXPECT_EQ(b.d, 0x3C00);  // f16 1.0
+  EXPECT_EQ(b.qs[0], 127);
+  EXPECT_EQ(b.qs[1], 3);
+  EXPECT_EQ(b.qs[2], -3);
+  EXPECT_EQ(b.qs[3], 1);
+  EXPECT_EQ(b.qs[4], -126);
+  EXPECT_EQ(b.qs[5], 3);
+  EXPECT_EQ(b.qs[6], 0);
+  std::vector<float> back(32);
+  dequantize_row_q8_0(&b, 32, back.data());
+  EXPECT_EQ(back[1], 3.0f);
+  EXPECT_EQ(back[4], -126.0f);
+}
+
+TEST(Quant, Q4_0UsesSignedMaxAndFloorPlusHalf) {
+  // Largest magnitude -8 => d = 1, quant = min(15, floor(x + 8.5)).
+  std::vector<float> x(32, 0.0f);
+  x[0] = -8.0f;
+  x[1] = 7.0f;
+  x[2] = 7.4f;
+  x[3] = 0.5f;    // floor(9.0) = 9
+  x[4] = -0.5f;   // floor(8.0) = 8
+  x[16] = 1.49f;  // high nibble of byte 0: floor(9.99) = 9
+  x[17] = -7.6f;  // floor(0.9) = 0
+  BlockQ4_0 b;
+  quantize_row_q4_0(x.data(), 32, &b);
+  EXPECT_EQ(b.d, 0x3C00);
+  EXPECT_EQ(b.qs[0], 0x90);  // low: 0 (x=-8), high: 9 (x=1.49)
+  EXPECT_EQ(b.qs[1], 0x0F);  // low: 15 (x=7), high: 0 (x=-7.6)
+  EXPECT_EQ(b.qs[2] & 0x0F, 15);
+  EXPECT_EQ(b.qs[3] & 0x0F, 9);
+  EXPECT_EQ(b.qs[4] & 0x0F, 8);
+  EXPECT_EQ(b.qs[5] & 0x0F, 8);  // zeros map to 8
+  std::vector<float> back(32);
+  dequantize_row_q4_0(&b, 32, back.data());
+  EXPECT_EQ(back[0], -8.0f);
+  EXPECT_EQ(back[1], 7.0f);
+  EXPECT_EQ(back[16], 1.0f);
+}
+
+TEST(Quant, Q4_0PositiveMaxGivesNegativeScaleAndClamps) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 8.0f;   // first of the tied magnitudes: d = 8 / -8 = -1
+  x[1] = -8.0f;  // -8 * -1 + 8.5 = 16.5 -> clamped to 15
+  BlockQ4_0 b;
+  quantize_row_q4_0(x.data(), 32, &b);
+  EXPECT_EQ(b.d, 0xBC00);  // f16 -1.0
+  EXPECT_EQ(b.qs[0] & 0x0F, 0);
+  EXPECT_EQ(b.qs[1] & 0x0F, 15);
+}
+
+TEST(Quant, ZeroBlocksHaveZeroScale) {
+  std::vector<float> x(64, 0.0f);
+  auto q8 = quantize(x.data(), 64, DType::Q8_0);
+  auto q4 = quantize(x.data(), 64, DType::Q4_0);
+  std::vector<float> back(64, 1.0f);
+  dequantize(q8.data(), 64, DType::Q8_0, back.data());
+  for (float v : back) EXPECT_EQ(v, 0.0f);
+  dequantize(q4.data(), 64, DType::Q4_0, back.data());
+  for (float v : back) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(Quant, Q4_KDequantizesHandBuiltBlock) {
+  BlockQ4_K b{};
+  b.d = 0x3C00;     // 1.0
+  b.dmin = 0x3800;  // 0.5
+  const uint8_t scales[12] = {1 | 0x40, 2, 3, 4, 5 | 0x80, 6, 7, 8, 0x93, 0, 0, 0};
+  std::memcpy(b.scales, scales, 12);
+  for (int j = 0; j < 128; ++j) b.qs[j] = static_cast<uint8_t>((j % 16) | ((15 - j % 16) << 4));
+  uint8_t sc, mn;
+  q4k_scale_min(b.scales, 0, &sc, &mn);
+  EXPECT_EQ(sc, 1);
+  EXPECT_EQ(mn, 5);
+  q4k_scale_min(b.scales, 4, &sc, &mn);
+  EXPECT_EQ(sc, 19);  // low 4 bits 3 from byte 8, top bits 01 from byte 0
+  EXPECT_EQ(mn, 41);  // low 4 bits 9 from byte 8, top bits 10 from byte 4
+  std::vector<float> y(256);
+  dequantize_row_q4_k(&b, 256, y.data());
+  EXPECT_EQ(y[0], -2.5f);     // sub-block 0: 1*0 - 0.5*5
+  EXPECT_EQ(y[5], 2.5f);      // 1*5 - 2.5
+  EXPECT_EQ(y[32], 27.0f);    // sub-block 1 (high nibbles): 2*15 - 0.5*6
+  EXPECT_EQ(y[128], -20.5f);  // sub-block 4: 19*0 - 0.5*41
+  EXPECT_EQ(y[135], 112.5f);  // 19*7 - 20.5
+  EXPECT_EQ(y[160], 0.0f);    // sub-block 5: scale 0, min 0
+}
+
+TEST(Quant, RejectsPartialBlocksAndUnsupportedTypes) {
+  std::vector<float> x(48, 1.0f);
+  EXPECT_THROW(quantize(x.data(), 48, DType::Q8_0), Error);
+  EXPECT_THROW(quantize(x.data(), 32, DType::Q4_K), Error);
+  EXPECT_THROW(quantize(x.data(), 32, DType::I8), Error);
+  std::vector<uint8_t> bytes(200);
+  std::vector<float> out(256);
+  EXPECT_THROW(dequantize(bytes.data(), 100, DType::Q4_K, out.data()), Error);
+  try {
+    quantize(x.data(), 48, DType::Q4_0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("48"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Quant, F16AndBf16RoundTrip) {
+  std::vector<float> x = {1.0f, -2.5f, 0.333333f, 65504.0f, 1e-3f, 0.0f, -0.0f, 3.0e38f};
+  std::vector<float> back(x.size());
+  auto h = quantize(x.data(), static_cast<int64_t>(x.size()), DType::F16);
+  dequantize(h.data(), static_cast<int64_t>(x.size()), DType::F16, back.data());
+  for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(back[i], x[i], std::fabs(x[i]) * 1e-3f);
+  auto b = quantize(x.data(), static_cast<int64_t>(x.size()), DType::BF16);
+  dequantize(b.data(), static_cast<int64_t>(x.size()), DType::BF16, back.data());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], std::fabs(x[i]) * 8e-3f);
+}
+
+// ---- llama.cpp oracle ----
+
+constexpr int kGgmlQ4_0 = 2, kGgmlQ8_0 = 8, kGgmlQ4_K = 12;  // enum ggml_type
+
+struct Ggml {
+  using QuantizeChunk = size_t (*)(int, const float*, void*, int64_t, int64_t, int64_t,
+                                   const float*);
+  using Dequantize = void (*)(const void*, float*, int64_t);
+  void* lib = nullptr;
+  QuantizeChunk quantize_chunk = nullptr;
+  Dequantize dq_q8_0 = nullptr, dq_q4_0 = nullptr, dq_q4_k = nullptr;
+};
+
+// Loads the oracle or fails the calling test (never skips: scripts/deps.sh installs it).
+const Ggml* load_ggml() {
+  static Ggml g;
+  if (g.lib != nullptr) return &g;
+  const std::string path = std::string(EFIM_SOURCE_DIR) +
+                           "/.deps/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"
+                           "libggml-base.so";
+  g.lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (g.lib == nullptr) {
+    ADD_FAILURE() << "llama.cpp oracle missing (run scripts/deps.sh): " << dlerror();
+    return nullptr;
+  }
+  g.quantize_chunk = reinterpret_cast<Ggml::QuantizeChunk>(dlsym(g.lib, "ggml_quantize_chunk"));
+  g.dq_q8_0 = reinterpret_cast<Ggml::Dequantize>(dlsym(g.lib, "dequantize_row_q8_0"));
+  g.dq_q4_0 = reinterpret_cast<Ggml::Dequantize>(dlsym(g.lib, "dequantize_row_q4_0"));
+  g.dq_q4_k = reinterpret_cast<Ggml::Dequantize>(dlsym(g.lib, "dequantize_row_q4_K"));
+  if (!g.quantize_chunk || !g.dq_q8_0 || !g.dq_q4_0 || !g.dq_q4_k) {
+    ADD_FAILURE() << "llama.cpp oracle lacks the quantization symbols";
+    return nullptr;
+  }
+  return &g;
+}
+
+// Rows of test data covering the cases that stress rounding: gaussian, ties at .5 after
+// scaling, a zero block, a block whose largest magnitude is positive, tiny values.
+std::vector<float> oracle_data(int64_t rows, int64_t cols) {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (auto& v : x) v = normal(rng);
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(j)] = static_cast<float>(j - 16) * 0.5f;
+  for (int j = 32; j < 64; ++j) x[static_cast<size_t>(j)] = 0.0f;
+  x[70] = 9.0f;
+  for (int j = 96; j < 128; ++j) x[static_cast<size_t>(j)] *= 1e-6f;
+  return x;
+}
+
+TEST(QuantOracle, Q8_0AndQ4_0MatchGgmlByteForByte) {
+  const Ggml* g = load_ggml();
+  ASSERT_NE(g, nullptr);
+  const int64_t rows = 8, cols = 1024;
+  const auto x = oracle_data(rows, cols);
+  for (auto [ours, theirs] :
+       {std::pair{DType::Q8_0, kGgmlQ8_0}, std::pair{DType::Q4_0, kGgmlQ4_0}}) {
+    const auto mine = quantize(x.data(), rows * cols, ours);
+    std::vector<uint8_t> ref(mine.size());
+    const size_t written = g->quantize_chunk(theirs, x.data(), ref.data(), 0, rows, cols, nullptr);
+    ASSERT_EQ(written, ref.size()) << dtype_name(ours);
+    size_t mismatches = 0;
+    for (size_t i = 0; i < ref.size(); ++i) mismatches += mine[i] != ref[i];
+    EXPECT_EQ(mismatches, 0u) << dtype_name(ours);
+    // Dequantization agrees exactly too.
+    std::vector<float> a(x.size()), b(x.size());
+    dequantize(mine.data(), rows * cols, ours, a.data());
+    (ours == DType::Q8_0 ? g->dq_q8_0 : g->dq_q4_0)(ref.data(), b.data(), rows * cols);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << dtype_name(ours);
+  }
+}
+
+TEST(QuantOracle, Q4_KDequantizeMatchesGgml) {
+  const Ggml* g = load_ggml();
+  ASSERT_NE(g, nullptr);
+  const int64_t rows = 4, cols = 1024;
+  const auto x = oracle_data(rows, cols);
+  std::vector<uint8_t> blocks(dtype_row_bytes(DType::Q4_K, rows * cols));
+  ASSERT_EQ(g->quantize_chunk(kGgmlQ4_K, x.data(), blocks.data(), 0, rows, cols, nullptr),
+            blocks.size());
+  std::vector<float> a(x.size()), b(x.size());
+  dequantize(blocks.data(), rows * cols, DType::Q4_K, a.data());
+  g->dq_q4_k(blocks.data(), b.data(), rows * cols);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  // And it is a 4-bit approximation of the input (sanity of the whole round trip).
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    err += (a[i] - x[i]) * (a[i] - x[i]);
+    norm += x[i] * x[i];
+  }
+  EXPECT_LT(std::sqrt(err / norm), 0.15);
+}
+
+}  // namespace
+}  // namespace efim
