@@ -1,7 +1,15 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define EFIM_CPU_RELAX() _mm_pause()
+#else
+#define EFIM_CPU_RELAX() std::this_thread::yield()
+#endif
 
 namespace efim {
 
@@ -12,7 +20,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -27,6 +35,23 @@ int ThreadPool::default_threads() {
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
 
+template <typename Pred>
+bool ThreadPool::spin_until(Pred pred) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::microseconds(kSpinMicros);
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    // Pause first (a hand-off within microseconds); later yield, so that on an oversubscribed
+    // machine the thread we wait for gets the core instead of a spinner.
+    if (i < 1024) {
+      EFIM_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+    if ((i & 63) == 63 && Clock::now() > deadline) return pred();
+  }
+}
+
 void ThreadPool::run_chunks(int index) {
   for (;;) {
     int64_t begin = next_.fetch_add(grain_, std::memory_order_relaxed);
@@ -38,16 +63,21 @@ void ThreadPool::run_chunks(int index) {
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    auto started = [&] { return stop_.load() || generation_.load() != seen; };
+    if (!spin_until(started)) {
       std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      // sleepers_ is raised under the lock before the predicate is re-checked, and the caller
+      // bumps generation_ before it reads sleepers_: one of the two sees the other (seq_cst).
+      sleepers_.fetch_add(1);
+      start_cv_.wait(lock, started);
+      sleepers_.fetch_sub(1);
     }
+    if (stop_.load()) return;
+    seen = generation_.load();
     run_chunks(index);
-    {
+    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      done_cv_.notify_one();
     }
   }
 }
@@ -60,19 +90,24 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     fn(0, 0, n);
     return;
   }
-  {
+  fn_ = &fn;
+  n_ = n;
+  grain_ = grain;
+  next_.store(0, std::memory_order_relaxed);
+  pending_.store(n_threads_ - 1);
+  generation_.fetch_add(1);  // publishes the job
+  if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    grain_ = grain;
-    next_.store(0, std::memory_order_relaxed);
-    pending_ = n_threads_ - 1;
-    ++generation_;
+    start_cv_.notify_all();
   }
-  start_cv_.notify_all();
   run_chunks(0);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  auto done = [&] { return pending_.load() == 0; };
+  if (!spin_until(done)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    caller_sleeping_.store(true);
+    done_cv_.wait(lock, done);
+    caller_sleeping_.store(false);
+  }
   fn_ = nullptr;
 }
 

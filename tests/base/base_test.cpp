@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <vector>
 
@@ -49,4 +51,16 @@ TEST(DType, RowBytesChecksBlocks) {
   EXPECT_EQ(dtype_row_bytes(DType::BF16, 3), 6u);
   EXPECT_THROW(dtype_row_bytes(DType::Q4_0, 33), Error);
   EXPECT_THROW(dtype_from_name("q9"), Error);
+}
+
+TEST(ThreadPool, ManyTinyJobsBackToBack) {
+  // The spin/sleep hand-off must neither lose a wake-up nor run a job twice, also when jobs
+  // are separated by pauses longer than the spin window (workers asleep).
+  ThreadPool pool(3);
+  std::atomic<int64_t> sum{0};
+  for (int rep = 0; rep < 3000; ++rep) {
+    pool.parallel_for(8, 1, [&](int, int64_t b, int64_t e) { sum += e - b; });
+    if (rep % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(sum.load(), 3000 * 8);
 }
