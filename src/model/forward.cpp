@@ -15,10 +15,11 @@ namespace efim {
 
 namespace {
 
-// Runs fn(row) for rows [0, n) on the pool, a few rows per chunk.
+// Runs fn(row) for rows [0, n) on the pool, 16 rows per chunk: a row costs about a microsecond,
+// a pool wake-up ten, so a decode step runs its row ops inline.
 template <typename Fn>
 void for_rows(ThreadPool& pool, int64_t n, Fn&& fn) {
-  pool.parallel_for(n, 4, [&](int, int64_t b, int64_t e) {
+  pool.parallel_for(n, 16, [&](int, int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) fn(r);
   });
 }
@@ -72,34 +73,30 @@ void Model::matmul(const float* x, int64_t m, const cpu::WeightMatrix& w, float*
   }
 }
 
+// In: s_.xn = rms(x) * attn_norm. Out: s_.proj = Wo . attention (+ bo).
 void Model::attention_block(int64_t layer, const Batch& b, KvCache& kv) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[layer];
-  const int64_t n = b.size(), hd = c.head_dim;
-  ThreadPool& pool = *pool_;
-  const float eps = static_cast<float>(c.rms_eps);
-  for_rows(pool, n, [&](int64_t r) {
-    ops::rms_norm(&s_.x[r * c.hidden], w.attn_norm.data(), c.hidden, eps, &s_.xn[r * c.hidden]);
-  });
-  matmul(s_.xn.data(), n, w.wq, s_.q.data());  // [n, q_dim]
-  matmul(s_.xn.data(), n, w.wk, s_.k.data());  // [n, kv_dim]
-  matmul(s_.xn.data(), n, w.wv, s_.v.data());  // [n, kv_dim]
-  if (c.qkv_bias) {
-    ops::add_bias(s_.q.data(), w.bq.data(), n, c.q_dim());
-    ops::add_bias(s_.k.data(), w.bk.data(), n, c.kv_dim());
-    ops::add_bias(s_.v.data(), w.bv.data(), n, c.kv_dim());
-  }
-  ops::rope(s_.q.data(), n, c.n_heads, hd, c.rope_pairing, s_.rope);
-  ops::rope(s_.k.data(), n, c.n_kv_heads, hd, c.rope_pairing, s_.rope);
+  const FusedLayer& f = fused_[layer];
+  const int64_t n = b.size(), hd = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  matmul(s_.xn.data(), n, f.qkv, s_.qkv.data());  // [n, q_dim + 2 kv_dim]
   float* K = kv.k(layer);  // [n_slots, kv_dim]
   float* V = kv.v(layer);
-  for (int64_t i = 0; i < n; ++i) {
+  // Per token: bias, RoPE on its q and k heads together, K/V into the token's cache slot.
+  for_rows(*pool_, n, [&](int64_t i) {
+    float* row = &s_.qkv[i * qkv_dim];
+    if (c.qkv_bias) ops::add_inplace(row, f.bqkv.data(), qkv_dim);
+    ops::rope_rows({row - i * qkv_dim, qkv_dim, c.n_heads + c.n_kv_heads, hd, i, i + 1,
+                    c.rope_pairing},
+                   s_.rope);
     const int64_t slot = b.sequences[b.seq[i]].slots[b.positions[i]];
-    std::copy_n(&s_.k[i * c.kv_dim()], c.kv_dim(), K + slot * c.kv_dim());
-    std::copy_n(&s_.v[i * c.kv_dim()], c.kv_dim(), V + slot * c.kv_dim());
-  }
+    std::copy_n(row + q_dim, kv_dim, K + slot * kv_dim);
+    std::copy_n(row + q_dim + kv_dim, kv_dim, V + slot * kv_dim);
+  });
   ops::AttentionArgs a;
-  a.q = s_.q.data();
+  a.q = s_.qkv.data();
+  a.q_stride = qkv_dim;
   a.pos = b.positions.data();
   a.k = K;
   a.v = V;
@@ -108,69 +105,87 @@ void Model::attention_block(int64_t layer, const Batch& b, KvCache& kv) {
   a.n_kv_heads = c.n_kv_heads;
   a.head_dim = hd;
   a.seqs = &s_.seqs;
-  ops::attention(pool, a, s_.attention);
+  ops::attention(*pool_, a, s_.attention);
   matmul(s_.att.data(), n, w.wo, s_.proj.data());  // [n, hidden]
   if (c.o_bias) ops::add_bias(s_.proj.data(), w.bo.data(), n, c.hidden);
-  ops::add_inplace(s_.x.data(), s_.proj.data(), n * c.hidden);
 }
 
+// In: s_.xn = rms(h) * ffn_norm. Out: s_.proj = Wdown . (silu(Wgate . xn) * (Wup . xn)).
 void Model::mlp_block(int64_t layer, int64_t n) {
   const ModelConfig& c = config_;
-  const LayerWeights& w = weights_.layers[layer];
-  ThreadPool& pool = *pool_;
-  const float eps = static_cast<float>(c.rms_eps);
-  for_rows(pool, n, [&](int64_t r) {
-    ops::rms_norm(&s_.x[r * c.hidden], w.ffn_norm.data(), c.hidden, eps, &s_.xn[r * c.hidden]);
+  const int64_t inter = c.intermediate;
+  matmul(s_.xn.data(), n, fused_[layer].gate_up, s_.gate_up.data());  // [n, 2 intermediate]
+  // One token's gate half is already the contiguous input of Wdown; several need a copy.
+  float* act = n == 1 ? s_.gate_up.data() : s_.act.data();
+  for_rows(*pool_, n, [&](int64_t r) {
+    float* gate = &s_.gate_up[r * 2 * inter];
+    ops::silu_mul(gate, gate + inter, inter);
+    if (n > 1) std::copy_n(gate, inter, &s_.act[r * inter]);
   });
-  matmul(s_.xn.data(), n, w.w_gate, s_.gate.data());  // [n, intermediate]
-  matmul(s_.xn.data(), n, w.w_up, s_.up.data());      // [n, intermediate]
-  for_rows(pool, n, [&](int64_t r) {
-    ops::silu_mul(&s_.gate[r * c.intermediate], &s_.up[r * c.intermediate], c.intermediate);
-  });
-  matmul(s_.gate.data(), n, w.w_down, s_.proj.data());  // [n, hidden]
-  ops::add_inplace(s_.x.data(), s_.proj.data(), n * c.hidden);
+  matmul(act, n, weights_.layers[layer].w_down, s_.proj.data());  // [n, hidden]
+}
+
+// Group the step's tokens by sequence, ascending in position (attention relies on it); reuses
+// the token lists' memory across steps.
+void Model::group_tokens(const Batch& b) {
+  s_.seqs.resize(b.sequences.size());
+  for (size_t q = 0; q < b.sequences.size(); ++q) {
+    s_.seqs[q].ctx = b.sequences[q].slots.data();
+    s_.seqs[q].n_ctx = static_cast<int64_t>(b.sequences[q].slots.size());
+    s_.seqs[q].tokens.clear();
+  }
+  for (int64_t i = 0; i < b.size(); ++i) s_.seqs[b.seq[i]].tokens.push_back(static_cast<int32_t>(i));
+  for (ops::AttentionSeq& s : s_.seqs)
+    if (!std::is_sorted(s.tokens.begin(), s.tokens.end(), [&](int32_t x, int32_t y) {
+          return b.positions[x] < b.positions[y];
+        }))
+      std::stable_sort(s.tokens.begin(), s.tokens.end(),
+                       [&](int32_t x, int32_t y) { return b.positions[x] < b.positions[y]; });
 }
 
 void Model::forward(const Batch& b, KvCache& kv, float* logits) {
   validate(b, kv);
   const ModelConfig& c = config_;
-  const int64_t n = b.size();
-  resize(s_.x, n * c.hidden);
+  const int64_t n = b.size(), H = c.hidden;
+  const float eps = static_cast<float>(c.rms_eps);
+  resize(s_.x, n * H);
   // xn also holds the final-normed rows of the logits tokens (logits_rows may repeat a token).
-  resize(s_.xn, std::max<int64_t>(n, static_cast<int64_t>(b.logits_rows.size())) * c.hidden);
-  resize(s_.q, n * c.q_dim());
-  resize(s_.k, n * c.kv_dim());
-  resize(s_.v, n * c.kv_dim());
+  resize(s_.xn, std::max<int64_t>(n, static_cast<int64_t>(b.logits_rows.size())) * H);
+  resize(s_.qkv, n * (c.q_dim() + 2 * c.kv_dim()));
   resize(s_.att, n * c.q_dim());
-  resize(s_.proj, n * c.hidden);
-  resize(s_.gate, n * c.intermediate);
-  resize(s_.up, n * c.intermediate);
-
-  for_rows(*pool_, n, [&](int64_t i) {
-    cpu::dequantize_row(weights_.embed, b.tokens[i], &s_.x[i * c.hidden]);
-  });
+  resize(s_.proj, n * H);
+  resize(s_.gate_up, n * 2 * c.intermediate);
+  resize(s_.act, n > 1 ? n * c.intermediate : 0);
   s_.rope.build(inv_freq_, b.positions.data(), n);
-  // Group the step's tokens by sequence, ascending in position (attention relies on it).
-  s_.seqs.assign(b.sequences.size(), {});
-  for (size_t q = 0; q < b.sequences.size(); ++q) {
-    s_.seqs[q].ctx = b.sequences[q].slots.data();
-    s_.seqs[q].n_ctx = static_cast<int64_t>(b.sequences[q].slots.size());
-  }
-  for (int64_t i = 0; i < n; ++i) s_.seqs[b.seq[i]].tokens.push_back(static_cast<int32_t>(i));
-  for (ops::AttentionSeq& s : s_.seqs)
-    std::stable_sort(s.tokens.begin(), s.tokens.end(),
-                     [&](int32_t x, int32_t y) { return b.positions[x] < b.positions[y]; });
+  group_tokens(b);
 
+  // x = embed[token]; xn = rms(x) * attn_norm of layer 0.
+  for_rows(*pool_, n, [&](int64_t i) {
+    cpu::dequantize_row(weights_.embed, b.tokens[i], &s_.x[i * H]);
+    ops::rms_norm(&s_.x[i * H], weights_.layers[0].attn_norm.data(), H, eps, &s_.xn[i * H]);
+  });
   for (int64_t l = 0; l < c.n_layers; ++l) {
     attention_block(l, b, kv);
+    // h = x + attention; xn = rms(h) * ffn_norm
+    const float* ffn_norm = weights_.layers[l].ffn_norm.data();
+    for_rows(*pool_, n, [&](int64_t i) {
+      ops::add_rms_norm(&s_.x[i * H], &s_.proj[i * H], ffn_norm, H, eps, &s_.xn[i * H]);
+    });
     mlp_block(l, n);
+    // x = h + mlp; xn = rms(x) * attn_norm of the next layer (the last layer's sum only).
+    const bool last = l + 1 == c.n_layers;
+    const float* next_norm = last ? nullptr : weights_.layers[l + 1].attn_norm.data();
+    for_rows(*pool_, n, [&](int64_t i) {
+      if (last) ops::add_inplace(&s_.x[i * H], &s_.proj[i * H], H);
+      else ops::add_rms_norm(&s_.x[i * H], &s_.proj[i * H], next_norm, H, eps, &s_.xn[i * H]);
+    });
   }
 
   const int64_t n_out = static_cast<int64_t>(b.logits_rows.size());
   if (n_out == 0) return;
   for_rows(*pool_, n_out, [&](int64_t j) {
-    ops::rms_norm(&s_.x[b.logits_rows[j] * c.hidden], weights_.output_norm.data(), c.hidden,
-                  static_cast<float>(c.rms_eps), &s_.xn[j * c.hidden]);
+    ops::rms_norm(&s_.x[b.logits_rows[j] * H], weights_.output_norm.data(), H, eps,
+                  &s_.xn[j * H]);
   });
   matmul(s_.xn.data(), n_out, weights_.output, logits);  // [n_out, vocab]
 }

@@ -2,6 +2,8 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -88,6 +90,7 @@ std::unique_ptr<Model> Model::from_source(const ModelConfig& config,
   m->weights_ = bind_weights(m->config_, *m->source_, naming);
   m->inv_freq_ = m->config_.rope_inv_freq();
   m->reference_matmul_ = opts.reference_matmul;
+  m->fuse_projections();
   if (opts.pool) {
     m->pool_ = opts.pool;
   } else {
@@ -96,6 +99,47 @@ std::unique_ptr<Model> Model::from_source(const ModelConfig& config,
     m->pool_ = m->own_pool_.get();
   }
   return m;
+}
+
+void Model::FreeBytes::operator()(uint8_t* p) const { std::free(p); }
+
+void Model::fuse_projections() {
+  // Rows of the parts, one after the other: y = x . [W0; W1; ...]^T holds each part's outputs
+  // side by side. The parts share dtype and width (bind_weights checked their shapes).
+  auto fuse = [&](std::initializer_list<const cpu::WeightMatrix*> parts) {
+    cpu::WeightMatrix f = **parts.begin();
+    f.rows = 0;
+    for (const cpu::WeightMatrix* p : parts) {
+      EFIM_CHECK(p->dtype == f.dtype && p->cols == f.cols, "model: cannot fuse ",
+                 dtype_name(p->dtype), " [", p->rows, ", ", p->cols, "] with ", dtype_name(f.dtype),
+                 " [.., ", f.cols, "]");
+      f.rows += p->rows;
+    }
+    const size_t row_bytes = dtype_row_bytes(f.dtype, static_cast<uint64_t>(f.cols));
+    const size_t bytes = (static_cast<size_t>(f.rows) * row_bytes + 63) / 64 * 64;
+    auto* data = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64)));
+    EFIM_CHECK(data != nullptr, "model: out of memory fusing ", bytes, " bytes of weights");
+    fused_bytes_.emplace_back(data);
+    size_t at = 0;
+    for (const cpu::WeightMatrix* p : parts) {
+      std::memcpy(data + at, p->data, static_cast<size_t>(p->rows) * row_bytes);
+      at += static_cast<size_t>(p->rows) * row_bytes;
+    }
+    f.data = data;
+    return f;
+  };
+  fused_.clear();
+  for (const LayerWeights& w : weights_.layers) {
+    FusedLayer f;
+    f.qkv = fuse({&w.wq, &w.wk, &w.wv});
+    f.gate_up = fuse({&w.w_gate, &w.w_up});
+    if (config_.qkv_bias) {
+      f.bqkv = w.bq;
+      f.bqkv.insert(f.bqkv.end(), w.bk.begin(), w.bk.end());
+      f.bqkv.insert(f.bqkv.end(), w.bv.begin(), w.bv.end());
+    }
+    fused_.push_back(std::move(f));
+  }
 }
 
 // ---------------------------------------------------------------- ContiguousSession

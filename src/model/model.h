@@ -47,6 +47,10 @@ class Model {
   void validate(const Batch& batch, const KvCache& kv) const;
   void attention_block(int64_t layer, const Batch& batch, KvCache& kv);
   void mlp_block(int64_t layer, int64_t n);
+  void group_tokens(const Batch& batch);
+  // Concatenates the q|k|v and gate|up projections of every layer into one matrix each (one
+  // matmul, one pool wake-up and one activation quantization instead of several per token).
+  void fuse_projections();
   // y[m, w.rows] = x[m, w.cols] . W^T with the kernel chosen at load.
   void matmul(const float* x, int64_t m, const cpu::WeightMatrix& w, float* y);
 
@@ -58,17 +62,27 @@ class Model {
   ThreadPool* pool_ = nullptr;
   bool reference_matmul_ = false;
 
+  // Per layer: W[q_dim + 2 kv_dim, hidden] = rows of Wq, Wk, Wv; W[2 intermediate, hidden] =
+  // rows of Wgate, Wup; their bytes live in fused_bytes_ (64-byte aligned).
+  struct FusedLayer {
+    cpu::WeightMatrix qkv, gate_up;
+    std::vector<float> bqkv;  // [q_dim + 2 kv_dim]; empty without qkv_bias
+  };
+  std::vector<FusedLayer> fused_;
+  struct FreeBytes {
+    void operator()(uint8_t* p) const;
+  };
+  std::vector<std::unique_ptr<uint8_t[], FreeBytes>> fused_bytes_;
+
   // Activations of the current step, reused across calls. n = tokens in the step.
   struct Scratch {
     std::vector<float> x;     // [n, hidden] residual stream
     std::vector<float> xn;    // [n, hidden] normalised input of a block
-    std::vector<float> q;     // [n, q_dim]
-    std::vector<float> k;     // [n, kv_dim]
-    std::vector<float> v;     // [n, kv_dim]
-    std::vector<float> att;   // [n, q_dim] attention output before Wo
-    std::vector<float> proj;  // [n, hidden] output of Wo / Wdown
-    std::vector<float> gate;  // [n, intermediate]
-    std::vector<float> up;    // [n, intermediate]
+    std::vector<float> qkv;      // [n, q_dim + 2 kv_dim] q | k | v of each token
+    std::vector<float> att;      // [n, q_dim] attention output before Wo
+    std::vector<float> proj;     // [n, hidden] output of Wo / Wdown
+    std::vector<float> gate_up;  // [n, 2 intermediate] gate | up of each token
+    std::vector<float> act;      // [n, intermediate] silu(gate) * up
     ops::RopeTable rope;
     std::vector<ops::AttentionSeq> seqs;
     ops::AttentionScratch attention;

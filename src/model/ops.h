@@ -1,17 +1,33 @@
 // Elementwise and attention operations of the forward pass, on f32 row-major activations.
-// Each works on whole rows so the inner loops are plain contiguous loops the compiler vectorises.
+//
+// Each op has two variants chosen at run time with the matmul convention (cpu::active_kernel():
+// AVX2 when the CPU has AVX2 + FMA + F16C, EFIM_KERNEL=scalar forces the reference):
+//   Scalar: the reference, plain loops the compiler vectorises for the x86-64 baseline;
+//   Avx2:   intrinsics (ops_avx2.cpp); attention is flash-style (online softmax per key block).
+// The overloads without a kernel argument use the active variant; the ones with it are for the
+// differential tests and benchmarks (Error if the CPU lacks the variant).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/matmul.h"
 #include "base/thread_pool.h"
 #include "model/config.h"
 
 namespace efim::ops {
 
+using cpu::CpuKernel;
+
 // y = x / sqrt(mean(x^2) + eps) * w, for one row of n elements (y may alias x).
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y);
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y, CpuKernel k);
+
+// The residual add and the next block's norm in one pass over the row:
+// x += d; y = rms_norm(x) * w. n elements (y must not alias x or d).
+void add_rms_norm(float* x, const float* d, const float* w, int64_t n, float eps, float* y);
+void add_rms_norm(float* x, const float* d, const float* w, int64_t n, float eps, float* y,
+                  CpuKernel k);
 
 // y[i] += b[i] for every row of y[rows, n].
 void add_bias(float* y, const float* b, int64_t rows, int64_t n);
@@ -19,13 +35,19 @@ void add_bias(float* y, const float* b, int64_t rows, int64_t n);
 // a[i] += b[i], n elements.
 void add_inplace(float* a, const float* b, int64_t n);
 
-// gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + exp(-z)); n elements.
+// gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + exp(-z)); n elements. The AVX2 exp is
+// within 2 ulp of std::exp; it overflows to inf slightly early (for z < -88.4 instead of -88.7),
+// where silu is below 1e-36 anyway.
 void silu_mul(float* gate, const float* up, int64_t n);
+void silu_mul(float* gate, const float* up, int64_t n, CpuKernel k);
 
 // Rotary embedding angles of one step: cos/sin of positions[t] * inv_freq[i],
 // each [n_tokens, head_dim / 2]. Angles are computed in double, then rounded.
+// cos2/sin2 [n_tokens, head_dim] are the same values laid out for interleaved pairs
+// (2i, 2i + 1): cos2 = (c_i, c_i), sin2 = (-s_i, s_i), so a rotation is x * cos2 + swap(x) * sin2.
 struct RopeTable {
   std::vector<float> cos, sin;
+  std::vector<float> cos2, sin2;
   int64_t half = 0;
   void build(const std::vector<double>& inv_freq, const int32_t* positions, int64_t n_tokens);
 };
@@ -33,6 +55,18 @@ struct RopeTable {
 // Rotates every head of x[n_tokens, n_heads * head_dim] in place with the pairing given.
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, RopePairing pairing,
           const RopeTable& table);
+
+// Rotates the first n_heads heads of each row of x, rows `row_stride` floats apart (e.g. the q
+// and k heads of a fused [n_tokens, q_dim + 2 kv_dim] projection in one call), rows
+// [t0, t1) of the table's tokens.
+struct RopeRows {
+  float* x = nullptr;
+  int64_t row_stride = 0, n_heads = 0, head_dim = 0;
+  int64_t t0 = 0, t1 = 0;
+  RopePairing pairing = RopePairing::RotateHalf;
+};
+void rope_rows(const RopeRows& r, const RopeTable& table);
+void rope_rows(const RopeRows& r, const RopeTable& table, CpuKernel k);
 
 // Causal attention over KV slots (the caller validates positions and slots first: the work
 // runs on pool threads and does not check again) for the tokens of one step, grouped by sequence.
@@ -47,26 +81,51 @@ struct AttentionSeq {
 };
 
 struct AttentionArgs {
-  const float* q = nullptr;      // [n_tokens, n_heads * head_dim], RoPE applied
+  const float* q = nullptr;      // [n_tokens, q_stride] (n_heads * head_dim used), RoPE applied
   const int32_t* pos = nullptr;  // [n_tokens]
   const float* k = nullptr;      // [n_slots, n_kv_heads * head_dim] one layer of the cache
   const float* v = nullptr;      // [n_slots, n_kv_heads * head_dim]
-  float* out = nullptr;          // [n_tokens, n_heads * head_dim]
+  float* out = nullptr;          // [n_tokens, out_stride] (n_heads * head_dim written)
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   const std::vector<AttentionSeq>* seqs = nullptr;
+  int64_t q_stride = 0, out_stride = 0;  // floats between rows; 0: n_heads * head_dim
 };
 
-// Scratch buffers reused across calls (one per pool thread).
+// One unit of flash attention work: query heads [h0, h1) (all reading KV head kvh) for the
+// query tokens seq->tokens[t0, t1), over key positions [k0, k1).
+// Rows of a unit: row r is token t0 + r / (h1 - h0), head h0 + r % (h1 - h0); positions ascend
+// with r, so the rows that see no key of a block form a prefix.
+struct FlashUnit {
+  const AttentionSeq* seq = nullptr;
+  int64_t kvh = 0, h0 = 0, h1 = 0, t0 = 0, t1 = 0, k0 = 0, k1 = 0;
+  // -1: normalise and write the output rows. Otherwise the unit covers part of the keys and
+  // writes each row's running max, sum and unnormalised output, [rows, 2 + head_dim] floats,
+  // at partial + this offset; the splits are merged after the parallel loop.
+  int64_t partial = -1;
+  int64_t rows() const { return (t1 - t0) * (h1 - h0); }
+};
+
+// Scratch buffers reused across calls.
 struct AttentionScratch {
   struct Thread {
-    std::vector<float> scores;    // [rows, keys]
+    std::vector<float> scores;    // reference: [rows, keys]; flash: Q, K^T, S, O, m, l tiles
     std::vector<const float*> q;  // [rows] query row pointers
     std::vector<float*> out;      // [rows] output row pointers
     std::vector<int64_t> last;    // [rows] position of each row's query
   };
   std::vector<Thread> per_thread;
+  // Flash variant: this step's units (largest first), the units whose keys were split across
+  // threads and the split results, (m, l, O[head_dim]) per row and key range.
+  std::vector<FlashUnit> units;
+  struct Split {
+    FlashUnit whole;  // whole.partial: offset of the first key range's rows
+    int64_t n_ranges = 0;
+  };
+  std::vector<Split> splits;
+  std::vector<float> partial;
 };
 
 void attention(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch);
+void attention(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch, CpuKernel k);
 
 }  // namespace efim::ops

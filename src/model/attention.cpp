@@ -1,0 +1,324 @@
+// Causal attention over KV slots: the reference (scores of a whole unit, then softmax, then the
+// weighted values) and the planning, dispatch and split merging of the flash variant, whose
+// kernel is in ops_avx2.cpp.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "base/error.h"
+#include "model/ops.h"
+#include "model/ops_internal.h"
+
+namespace efim::ops {
+
+namespace {
+
+// ---------------------------------------------------------------- reference
+
+// `#pragma omp simd` (enabled by -fopenmp-simd, no OpenMP runtime) lets the compiler vectorise
+// these reductions without -ffast-math; results differ from a serial sum only by rounding.
+[[gnu::always_inline]] inline float dot(const float* a, const float* b, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Four dot products against one shared vector b (a key row): b is loaded once per element.
+[[gnu::always_inline]] inline void dot4(const float* a0, const float* a1, const float* a2,
+                                        const float* a3, const float* b, int64_t n, float* out) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+  for (int64_t i = 0; i < n; ++i) {
+    s0 += a0[i] * b[i];
+    s1 += a1[i] * b[i];
+    s2 += a2[i] * b[i];
+    s3 += a3[i] * b[i];
+  }
+  out[0] = s0;
+  out[1] = s1;
+  out[2] = s2;
+  out[3] = s3;
+}
+
+[[gnu::always_inline]] inline void axpy(float alpha, const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+
+
+// One unit of attention work: query heads [h0, h1) (all reading KV head kvh) for the query
+// tokens seq.tokens[t0, t1). Scores of the whole unit share each K/V row read.
+struct Unit {
+  const AttentionSeq* seq;
+  int64_t kvh, h0, h1, t0, t1;
+};
+
+// Scores buffer budget per unit (floats): bounds the query block at long contexts.
+constexpr int64_t kScoreBudget = int64_t{1} << 18;
+constexpr int64_t kMaxQueryBlock = 32;
+
+std::vector<Unit> plan_units(const AttentionArgs& a, int n_threads) {
+  const int64_t group = a.n_heads / a.n_kv_heads;
+  // With few sequences and KV heads (decode), split groups per query head to use all threads.
+  int64_t full_group_units = 0;
+  for (const AttentionSeq& s : *a.seqs)
+    if (!s.tokens.empty()) full_group_units += a.n_kv_heads;
+  const int64_t heads_per_unit = full_group_units >= n_threads ? group : 1;
+  std::vector<Unit> units;
+  for (const AttentionSeq& s : *a.seqs) {
+    const int64_t n_tok = static_cast<int64_t>(s.tokens.size());
+    if (n_tok == 0) continue;
+    const int64_t block = std::clamp<int64_t>(
+        kScoreBudget / (heads_per_unit * std::max<int64_t>(s.n_ctx, 1)), 1, kMaxQueryBlock);
+    for (int64_t h0 = 0; h0 < a.n_heads; h0 += heads_per_unit)
+      for (int64_t t0 = 0; t0 < n_tok; t0 += block)
+        units.push_back({&s, h0 / group, h0, h0 + heads_per_unit, t0, std::min(n_tok, t0 + block)});
+  }
+  return units;
+}
+
+// The rows of one unit: row r is query token t0 + r / n_h, head h0 + r % n_h; tokens ascend in
+// position, so rows that may not see key j form a prefix.
+struct UnitRows {
+  int64_t rows, n_keys, kv_stride, hd, kvh;
+  const int32_t* ctx;  // slot of each key position
+  float* S;            // [rows, n_keys] scores, then probabilities
+};
+
+[[gnu::always_inline]] inline void unit_scores(const AttentionArgs& a, const UnitRows& u,
+                                               const AttentionScratch::Thread& w) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(u.hd));
+  int64_t first = 0;  // rows [0, first) end before key j
+  for (int64_t j = 0; j < u.n_keys; ++j) {
+    while (w.last[first] < j) ++first;
+    const float* kj = a.k + static_cast<int64_t>(u.ctx[j]) * u.kv_stride + u.kvh * u.hd;
+    int64_t r = first;
+    for (; r + 4 <= u.rows; r += 4) {
+      float d[4];
+      dot4(w.q[r], w.q[r + 1], w.q[r + 2], w.q[r + 3], kj, u.hd, d);
+      for (int i = 0; i < 4; ++i) u.S[(r + i) * u.n_keys + j] = d[i] * scale;
+    }
+    for (; r < u.rows; ++r) u.S[r * u.n_keys + j] = dot(w.q[r], kj, u.hd) * scale;
+  }
+}
+
+// Softmax of each row over its causal range [0, last].
+[[gnu::always_inline]] inline void unit_softmax(const UnitRows& u,
+                                                const AttentionScratch::Thread& w) {
+  for (int64_t r = 0; r < u.rows; ++r) {
+    float* s = u.S + r * u.n_keys;
+    const int64_t n = w.last[r] + 1;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+    float sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      s[j] = std::exp(s[j] - m);
+      sum += s[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+  }
+}
+
+// out[r] = sum_j P[r, j] V[slot j], 32 output dimensions at a time held in four 8-float
+// registers across all keys (GCC vector extension: ymm in the AVX2 build, xmm pairs in the
+// baseline; named variables because an array of them would stay in memory).
+[[gnu::always_inline]] inline void unit_weighted_values(const AttentionArgs& a, const UnitRows& u,
+                                                        const AttentionScratch::Thread& w) {
+  typedef float v8f __attribute__((vector_size(32)));
+  const float* v0 = a.v + u.kvh * u.hd;
+  for (int64_t r = 0; r < u.rows; ++r) {
+    const float* p = u.S + r * u.n_keys;
+    const int64_t n = w.last[r] + 1;
+    int64_t c = 0;
+    for (; c + 32 <= u.hd; c += 32) {
+      v8f acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
+      for (int64_t j = 0; j < n; ++j) {
+        const float* vj = v0 + static_cast<int64_t>(u.ctx[j]) * u.kv_stride + c;
+        v8f x0, x1, x2, x3;
+        std::memcpy(&x0, vj, 32);
+        std::memcpy(&x1, vj + 8, 32);
+        std::memcpy(&x2, vj + 16, 32);
+        std::memcpy(&x3, vj + 24, 32);
+        acc0 += p[j] * x0;
+        acc1 += p[j] * x1;
+        acc2 += p[j] * x2;
+        acc3 += p[j] * x3;
+      }
+      float* o = w.out[r] + c;
+      std::memcpy(o, &acc0, 32);
+      std::memcpy(o + 8, &acc1, 32);
+      std::memcpy(o + 16, &acc2, 32);
+      std::memcpy(o + 24, &acc3, 32);
+    }
+    if (c < u.hd) {  // head sizes that are not a multiple of 32
+      std::fill(w.out[r] + c, w.out[r] + u.hd, 0.0f);
+      for (int64_t j = 0; j < n; ++j)
+        axpy(p[j], v0 + static_cast<int64_t>(u.ctx[j]) * u.kv_stride + c, w.out[r] + c, u.hd - c);
+    }
+  }
+}
+
+// Every input was validated by the caller: this runs on pool threads and must not throw.
+void run_unit_ref(const AttentionArgs& a, const Unit& u,
+                                                 AttentionScratch::Thread& w) {
+  const int64_t hd = a.head_dim;
+  const int64_t q_stride = a.q_stride ? a.q_stride : a.n_heads * hd;
+  const int64_t out_stride = a.out_stride ? a.out_stride : a.n_heads * hd;
+  const int64_t n_h = u.h1 - u.h0;
+  const int64_t rows = (u.t1 - u.t0) * n_h;
+  w.q.resize(static_cast<size_t>(rows));
+  w.out.resize(w.q.size());
+  w.last.resize(w.q.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = u.seq->tokens[u.t0 + r / n_h], h = u.h0 + r % n_h;
+    w.q[r] = a.q + t * q_stride + h * hd;
+    w.out[r] = a.out + t * out_stride + h * hd;
+    w.last[r] = a.pos[t];  // last key this row may see (causal mask)
+  }
+  const int64_t n_keys = w.last[rows - 1] + 1;
+  w.scores.resize(static_cast<size_t>(rows * n_keys));
+  const UnitRows ur{rows, n_keys, a.n_kv_heads * hd, hd, u.kvh, u.seq->ctx, w.scores.data()};
+  unit_scores(a, ur, w);
+  unit_softmax(ur, w);
+  unit_weighted_values(a, ur, w);
+}
+
+
+void attention_ref(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
+  std::vector<Unit> units = plan_units(a, pool.size());
+  scratch.per_thread.resize(static_cast<size_t>(pool.size()));
+  pool.parallel_for(static_cast<int64_t>(units.size()), 1, [&](int thread, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) run_unit_ref(a, units[i], scratch.per_thread[thread]);
+  });
+}
+
+// ---------------------------------------------------------------- flash
+
+// A key range is split across threads only when it is at least this long (decode at long
+// contexts); shorter ones cost less than the merge and the extra units.
+constexpr int64_t kMinSplitKeys = 256;
+
+// Units of kFlashMaxRows rows: all heads of a KV group share each K/V load; the query tokens of
+// a sequence are cut into blocks of kFlashMaxRows / group.
+void plan_flash_units(const AttentionArgs& a, std::vector<FlashUnit>& units) {
+  const int64_t group = a.n_heads / a.n_kv_heads;
+  const int64_t heads = std::min(group, detail::kFlashMaxRows);
+  const int64_t tokens = std::max<int64_t>(1, detail::kFlashMaxRows / heads);
+  units.clear();
+  for (const AttentionSeq& s : *a.seqs) {
+    const int64_t n_tok = static_cast<int64_t>(s.tokens.size());
+    for (int64_t kvh = 0; kvh < a.n_kv_heads; ++kvh)
+      for (int64_t h0 = kvh * group; h0 < (kvh + 1) * group; h0 += heads)
+        for (int64_t t0 = 0; t0 < n_tok; t0 += tokens) {
+          FlashUnit u;
+          u.seq = &s;
+          u.kvh = kvh;
+          u.h0 = h0;
+          u.h1 = std::min(h0 + heads, (kvh + 1) * group);
+          u.t0 = t0;
+          u.t1 = std::min(n_tok, t0 + tokens);
+          u.k1 = a.pos[s.tokens[u.t1 - 1]] + 1;
+          units.push_back(u);
+        }
+  }
+}
+
+// Fewer units than twice the threads (decode): cut long key ranges into pieces whose results
+// (m, l, O) are merged after the loop, so every thread gets work.
+void split_keys(const AttentionArgs& a, int n_threads, AttentionScratch& s) {
+  s.splits.clear();
+  const int64_t n_units = static_cast<int64_t>(s.units.size());
+  if (n_threads <= 1 || n_units == 0 || n_units >= 2 * n_threads) return;
+  const int64_t want = (2 * n_threads + n_units - 1) / n_units;  // pieces per unit
+  int64_t partial = 0;
+  for (int64_t i = 0; i < n_units; ++i) {
+    const FlashUnit u = s.units[i];
+    const int64_t n_keys = u.k1 - u.k0;
+    const int64_t pieces = std::min(want, n_keys / kMinSplitKeys);
+    if (pieces <= 1) continue;
+    // Whole key blocks per piece, so only the last piece has a partial block.
+    const int64_t per = (n_keys / pieces + detail::kFlashKeyBlock - 1) / detail::kFlashKeyBlock *
+                        detail::kFlashKeyBlock;
+    AttentionScratch::Split split{u, 0};
+    split.whole.partial = partial;
+    for (int64_t k0 = u.k0; k0 < u.k1; k0 += per, ++split.n_ranges) {
+      FlashUnit piece = u;
+      piece.k0 = k0;
+      piece.k1 = std::min(u.k1, k0 + per);
+      piece.partial = partial;
+      partial += u.rows() * (2 + a.head_dim);
+      if (k0 == u.k0) s.units[i] = piece;
+      else s.units.push_back(piece);
+    }
+    s.splits.push_back(split);
+  }
+  s.partial.resize(static_cast<size_t>(partial));
+}
+
+// out = sum_c exp(m_c - M) O_c / sum_c exp(m_c - M) l_c over the key ranges c of each split row
+// (a range where the row saw no key has m = -inf, l = 0 and adds nothing).
+void merge_splits(const AttentionArgs& a, const AttentionScratch& s) {
+  const int64_t hd = a.head_dim, os = a.out_stride ? a.out_stride : a.n_heads * hd;
+  for (const AttentionScratch::Split& sp : s.splits) {
+    const FlashUnit& u = sp.whole;
+    const int64_t R = u.rows(), n_h = u.h1 - u.h0, row_floats = 2 + hd;
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t tok = u.seq->tokens[u.t0 + r / n_h], h = u.h0 + r % n_h;
+      float* out = a.out + tok * os + h * hd;
+      const float* first = s.partial.data() + u.partial + r * row_floats;
+      const int64_t range_floats = R * row_floats;
+      float M = -std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < sp.n_ranges; ++c) M = std::max(M, first[c * range_floats]);
+      float L = 0;
+      std::fill(out, out + hd, 0.0f);
+      for (int64_t c = 0; c < sp.n_ranges; ++c) {
+        const float* p = first + c * range_floats;
+        const float w = std::exp(p[0] - M);
+        L += w * p[1];
+        for (int64_t d = 0; d < hd; ++d) out[d] += w * p[2 + d];
+      }
+      const float inv = 1.0f / L;
+      for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
+    }
+  }
+}
+
+void attention_flash(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& s) {
+  plan_flash_units(a, s.units);
+  split_keys(a, pool.size(), s);
+  // Largest first (the causal triangle makes late query blocks the longest), handed out one
+  // at a time: the threads finish together.
+  std::stable_sort(s.units.begin(), s.units.end(), [](const FlashUnit& x, const FlashUnit& y) {
+    return x.rows() * (x.k1 - x.k0) > y.rows() * (y.k1 - y.k0);
+  });
+  int64_t max_rows = 0;
+  for (const FlashUnit& u : s.units) max_rows = std::max(max_rows, u.rows());
+  s.per_thread.resize(static_cast<size_t>(pool.size()));
+  for (AttentionScratch::Thread& t : s.per_thread)
+    t.scores.resize(static_cast<size_t>(detail::flash_work_floats(max_rows, a.head_dim)));
+  pool.parallel_for(static_cast<int64_t>(s.units.size()), 1, [&](int thread, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      detail::flash_unit_avx2(a, s.units[i], s.per_thread[thread].scores.data(), s.partial.data());
+  });
+  merge_splits(a, s);
+}
+
+}  // namespace
+
+void attention(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch, CpuKernel k) {
+  EFIM_CHECK(cpu::kernel_supported(k), "attention: kernel variant ", cpu::kernel_name(k),
+             " is not supported by this CPU");
+  const bool flash_shape = a.head_dim % 16 == 0 && a.head_dim <= detail::kFlashMaxHeadDim;
+  if (k == CpuKernel::Avx2 && flash_shape) return attention_flash(pool, a, scratch);
+  attention_ref(pool, a, scratch);
+}
+
+void attention(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
+  attention(pool, a, scratch, cpu::active_kernel());
+}
+
+}  // namespace efim::ops

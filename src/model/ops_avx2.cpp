@@ -1,0 +1,399 @@
+// AVX2 + FMA variants of the forward-pass ops (chosen at run time, see ops.h). The references
+// they are tested against are in ops.cpp and attention.cpp.
+//
+// The target pragma comes after every include, so inline functions of shared headers are never
+// emitted with AVX2 instructions (the rest of the library still runs on baseline x86-64).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "model/ops_internal.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+namespace efim::ops::detail {
+
+namespace {
+
+// ---------------------------------------------------------------- vector helpers
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// exp(x), within 2 ulp over the normal range: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in
+// two parts so n ln2 is exact), exp(r) by a degree-7 polynomial (the classic Cephes expf
+// coefficients), times 2^n built in the exponent bits. Inputs are clamped to [-88, 88.7]:
+// below, n = -127 gives exponent bits 0, i.e. exactly 0 (exp(-inf) = 0, used for masked
+// scores); above, n = 128 gives +inf. NaN propagates (max/min return their second operand).
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_set1_ps(88.7f), _mm256_max_ps(_mm256_set1_ps(-88.0f), x));
+  const __m256 fx =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i n = _mm256_cvttps_epi32(fx);
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+
+// Sum of squares of x[0, n) with four accumulators.
+inline float sum_squares(const float* x, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+    const __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
+    a0 = _mm256_fmadd_ps(x0, x0, a0);
+    a1 = _mm256_fmadd_ps(x1, x1, a1);
+    a2 = _mm256_fmadd_ps(x2, x2, a2);
+    a3 = _mm256_fmadd_ps(x3, x3, a3);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x0 = _mm256_loadu_ps(x + i);
+    a0 = _mm256_fmadd_ps(x0, x0, a0);
+  }
+  float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  for (; i < n; ++i) s += x[i] * x[i];
+  return s;
+}
+
+// y = x * inv * w (the reference's order of operations).
+inline void scale_by_weight(const float* x, float inv, const float* w, int64_t n, float* y) {
+  const __m256 vinv = _mm256_set1_ps(inv);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv),
+                                          _mm256_loadu_ps(w + i)));
+  for (; i < n; ++i) y[i] = x[i] * inv * w[i];
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- elementwise
+
+void rms_norm_avx2(const float* x, const float* w, int64_t n, float eps, float* y) {
+  const float inv = 1.0f / std::sqrt(sum_squares(x, n) / static_cast<float>(n) + eps);
+  scale_by_weight(x, inv, w, n, y);
+}
+
+void add_rms_norm_avx2(float* x, const float* d, const float* w, int64_t n, float eps, float* y) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(d + i));
+    const __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(d + i + 8));
+    _mm256_storeu_ps(x + i, x0);
+    _mm256_storeu_ps(x + i + 8, x1);
+    a0 = _mm256_fmadd_ps(x0, x0, a0);
+    a1 = _mm256_fmadd_ps(x1, x1, a1);
+  }
+  float ss = hsum(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i) {
+    x[i] += d[i];
+    ss += x[i] * x[i];
+  }
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  scale_by_weight(x, inv, w, n, y);
+}
+
+void silu_mul_avx2(float* gate, const float* up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp8(_mm256_sub_ps(zero, g));
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void rope_rows_avx2(const RopeRows& rr, const RopeTable& table) {
+  const int64_t hd = rr.head_dim, half = hd / 2;
+  for (int64_t t = rr.t0; t < rr.t1; ++t) {
+    float* row = rr.x + t * rr.row_stride;
+    for (int64_t h = 0; h < rr.n_heads; ++h) {
+      float* v = row + h * hd;
+      if (rr.pairing == RopePairing::Interleaved) {  // pairs (2i, 2i + 1)
+        const float* c2 = &table.cos2[t * hd];
+        const float* s2 = &table.sin2[t * hd];
+        int64_t i = 0;
+        for (; i + 8 <= hd; i += 8) {
+          const __m256 x = _mm256_loadu_ps(v + i);
+          const __m256 swapped = _mm256_permute_ps(x, 0xB1);  // (b, a) of each pair
+          _mm256_storeu_ps(v + i, _mm256_fmadd_ps(swapped, _mm256_loadu_ps(s2 + i),
+                                                  _mm256_mul_ps(x, _mm256_loadu_ps(c2 + i))));
+        }
+        for (; i < hd; i += 2) {
+          const float a = v[i], b = v[i + 1];
+          v[i] = a * c2[i] + b * s2[i];
+          v[i + 1] = b * c2[i + 1] + a * s2[i + 1];
+        }
+      } else {  // pairs (i, i + half)
+        const float* c = &table.cos[t * half];
+        const float* s = &table.sin[t * half];
+        float* lo = v;
+        float* hi = v + half;
+        int64_t i = 0;
+        for (; i + 8 <= half; i += 8) {
+          const __m256 a = _mm256_loadu_ps(lo + i), b = _mm256_loadu_ps(hi + i);
+          const __m256 vc = _mm256_loadu_ps(c + i), vs = _mm256_loadu_ps(s + i);
+          _mm256_storeu_ps(lo + i, _mm256_fnmadd_ps(b, vs, _mm256_mul_ps(a, vc)));
+          _mm256_storeu_ps(hi + i, _mm256_fmadd_ps(a, vs, _mm256_mul_ps(b, vc)));
+        }
+        for (; i < half; ++i) {
+          const float a = lo[i], b = hi[i];
+          lo[i] = a * c[i] - b * s[i];
+          hi[i] = b * c[i] + a * s[i];
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- flash attention
+
+namespace {
+
+constexpr int64_t KB = kFlashKeyBlock;
+
+// Kt[d, j] = K[j, d] for 8 keys and 8 dimensions (the classic unpack/shuffle/permute transpose).
+inline void transpose8x8(const float* const* rows, int64_t d, float* kt, int64_t j) {
+  __m256 r[8], t[8], u[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(rows[i] + d);
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(kt + (d + i) * KB + j, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+    _mm256_storeu_ps(kt + (d + i + 4) * KB + j, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+  }
+}
+
+// S[r, j] = Q[r] . Kt[:, j] for NR rows and all KB keys, NC * 8 keys per pass.
+template <int NR, int NC>
+inline void score_tile(const float* Q, const float* Kt, float* S, int64_t r0, int64_t hd) {
+  for (int64_t jc = 0; jc < KB; jc += NC * 8) {
+    __m256 acc[NR][NC];
+#pragma GCC unroll 8
+    for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) acc[i][c] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < hd; ++d) {
+      __m256 k[NC];
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) k[c] = _mm256_loadu_ps(Kt + d * KB + jc + 8 * c);
+#pragma GCC unroll 8
+      for (int i = 0; i < NR; ++i) {
+        const __m256 q = _mm256_broadcast_ss(Q + (r0 + i) * hd + d);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) acc[i][c] = _mm256_fmadd_ps(q, k[c], acc[i][c]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) _mm256_storeu_ps(S + (r0 + i) * KB + jc + 8 * c, acc[i][c]);
+  }
+}
+
+// O[r] = O[r] * corr[r] + sum_j P[r, j] V[j] for NR rows, NC * 8 dimensions per pass.
+template <int NR, int NC>
+inline void value_tile(const float* P, const float* const* vrow, int64_t nb, const float* corr,
+                       float* O, int64_t r0, int64_t hd) {
+  for (int64_t c0 = 0; c0 < hd; c0 += NC * 8) {
+    __m256 acc[NR][NC];
+#pragma GCC unroll 8
+    for (int i = 0; i < NR; ++i) {
+      const __m256 s = _mm256_set1_ps(corr[r0 + i]);
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c)
+        acc[i][c] = _mm256_mul_ps(_mm256_loadu_ps(O + (r0 + i) * hd + c0 + 8 * c), s);
+    }
+    for (int64_t j = 0; j < nb; ++j) {
+      __m256 v[NC];
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) v[c] = _mm256_loadu_ps(vrow[j] + c0 + 8 * c);
+#pragma GCC unroll 8
+      for (int i = 0; i < NR; ++i) {
+        const __m256 p = _mm256_broadcast_ss(P + (r0 + i) * KB + j);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) acc[i][c] = _mm256_fmadd_ps(p, v[c], acc[i][c]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) _mm256_storeu_ps(O + (r0 + i) * hd + c0 + 8 * c, acc[i][c]);
+  }
+}
+
+// Rows [first, R) against one key block: four rows per tile, then the remainder in one tile
+// (wider in keys / dimensions, so a decode unit of 1-3 rows still has 6-8 independent sums).
+inline void block_scores(const float* Q, const float* Kt, float* S, int64_t first, int64_t R,
+                         int64_t hd) {
+  int64_t r = first;
+  for (; r + 4 <= R; r += 4) score_tile<4, 2>(Q, Kt, S, r, hd);
+  switch (R - r) {
+    case 3: score_tile<3, 2>(Q, Kt, S, r, hd); break;
+    case 2: score_tile<2, 4>(Q, Kt, S, r, hd); break;
+    case 1: score_tile<1, 8>(Q, Kt, S, r, hd); break;
+    default: break;
+  }
+}
+
+inline void block_values(const float* P, const float* const* vrow, int64_t nb, const float* corr,
+                         float* O, int64_t first, int64_t R, int64_t hd) {
+  int64_t r = first;
+  for (; r + 4 <= R; r += 4) value_tile<4, 2>(P, vrow, nb, corr, O, r, hd);
+  const int64_t rest = R - r;
+  if (rest == 3) {
+    value_tile<3, 2>(P, vrow, nb, corr, O, r, hd);
+  } else if (rest == 2) {
+    if (hd % 32 == 0) value_tile<2, 4>(P, vrow, nb, corr, O, r, hd);
+    else value_tile<2, 2>(P, vrow, nb, corr, O, r, hd);
+  } else if (rest == 1) {
+    if (hd % 64 == 0) value_tile<1, 8>(P, vrow, nb, corr, O, r, hd);
+    else if (hd % 32 == 0) value_tile<1, 4>(P, vrow, nb, corr, O, r, hd);
+    else value_tile<1, 2>(P, vrow, nb, corr, O, r, hd);
+  }
+}
+
+// Online softmax of rows [first, R) over one block (keys kb0 .. kb0 + nb): masks the keys each
+// row may not see, updates the running max m and sum l, turns S into P = exp(S - m) and leaves
+// the factor exp(m_old - m_new) that rescales the row's output in corr.
+inline void block_softmax(float* S, const int64_t* last, int64_t first, int64_t R, int64_t kb0,
+                          int64_t nb, float* m, float* l, float* corr) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t r = first; r < R; ++r) {
+    float* s = S + r * KB;
+    const int64_t visible = last[r] - kb0 + 1 < nb ? last[r] - kb0 + 1 : nb;  // >= 1
+    for (int64_t j = visible; j < KB; ++j) s[j] = neg_inf;
+    __m256 mx = _mm256_loadu_ps(s);
+    for (int64_t j = 8; j < KB; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
+    const float m_new = std::fmax(m[r], hmax(mx));
+    const __m256 vm = _mm256_set1_ps(m_new);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < KB; j += 8) {
+      const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+      _mm256_storeu_ps(s + j, p);
+      sum = _mm256_add_ps(sum, p);
+    }
+    corr[r] = std::exp(m[r] - m_new);  // 0 on the first block (m = -inf)
+    l[r] = l[r] * corr[r] + hsum(sum);
+    m[r] = m_new;
+  }
+}
+
+// The unit's geometry and tiles in the work memory (layout of flash_work_floats).
+struct FlashTiles {
+  int64_t hd, R;
+  float *Q, *O, *Kt, *S, *m, *l, *corr;
+  FlashTiles(float* work, int64_t rows, int64_t head_dim) : hd(head_dim), R(rows) {
+    Q = work;            // [R, hd] query rows times 1/sqrt(hd)
+    O = Q + R * hd;      // [R, hd] unnormalised output
+    Kt = O + R * hd;     // [hd, KB] keys of the current block, transposed
+    S = Kt + hd * KB;    // [R, KB] scores, then probabilities
+    m = S + R * KB;      // [R] running max of each row's scores
+    l = m + R;           // [R] running sum of exp(score - m)
+    corr = l + R;        // [R] rescale factor of the current block
+  }
+};
+
+const float kZeroRow[kFlashMaxHeadDim] = {};
+
+}  // namespace
+
+void flash_unit_avx2(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial) {
+  const int64_t hd = a.head_dim, n_h = u.h1 - u.h0, R = u.rows();
+  const int64_t qs = a.q_stride ? a.q_stride : a.n_heads * hd;
+  const int64_t os = a.out_stride ? a.out_stride : a.n_heads * hd;
+  const int64_t kvs = a.n_kv_heads * hd;
+  FlashTiles w(work, R, hd);
+  int64_t last[kFlashMaxRows];  // position of each row's query: its last visible key
+  float* out[kFlashMaxRows];
+  const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(static_cast<float>(hd)));
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t tok = u.seq->tokens[u.t0 + r / n_h], h = u.h0 + r % n_h;
+    last[r] = a.pos[tok];
+    out[r] = a.out + tok * os + h * hd;
+    const float* q = a.q + tok * qs + h * hd;
+    for (int64_t d = 0; d < hd; d += 8) {
+      _mm256_storeu_ps(w.Q + r * hd + d, _mm256_mul_ps(_mm256_loadu_ps(q + d), scale));
+      _mm256_storeu_ps(w.O + r * hd + d, _mm256_setzero_ps());
+    }
+    w.m[r] = -std::numeric_limits<float>::infinity();
+    w.l[r] = 0;
+  }
+  const int64_t k_end = u.k1 < last[R - 1] + 1 ? u.k1 : last[R - 1] + 1;
+  const float* kbase = a.k + u.kvh * hd;
+  const float* vbase = a.v + u.kvh * hd;
+  const float* krow[KB];
+  const float* vrow[KB];
+  int64_t first = 0;  // rows [0, first) see no key from kb0 on
+  for (int64_t kb0 = u.k0; kb0 < k_end; kb0 += KB) {
+    const int64_t nb = k_end - kb0 < KB ? k_end - kb0 : KB;
+    while (last[first] < kb0) ++first;  // the last row always sees kb0 < k_end
+    for (int64_t j = 0; j < KB; ++j) {  // padding keys: zero rows, masked below
+      const int64_t slot = j < nb ? u.seq->ctx[kb0 + j] : -1;
+      krow[j] = slot >= 0 ? kbase + slot * kvs : kZeroRow;
+      vrow[j] = slot >= 0 ? vbase + slot * kvs : kZeroRow;
+    }
+    for (int64_t j = 0; j < KB; j += 8)
+      for (int64_t d = 0; d < hd; d += 8) transpose8x8(krow + j, d, w.Kt, j);
+    block_scores(w.Q, w.Kt, w.S, first, R, hd);
+    block_softmax(w.S, last, first, R, kb0, nb, w.m, w.l, w.corr);
+    block_values(w.S, vrow, nb, w.corr, w.O, first, R, hd);
+  }
+  if (u.partial >= 0) {  // (m, l, O) per row, merged with the other key ranges later
+    float* p = partial + u.partial;
+    for (int64_t r = 0; r < R; ++r, p += 2 + hd) {
+      p[0] = w.m[r];
+      p[1] = w.l[r];
+      for (int64_t d = 0; d < hd; ++d) p[2 + d] = w.O[r * hd + d];
+    }
+    return;
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const __m256 inv = _mm256_set1_ps(1.0f / w.l[r]);
+    for (int64_t d = 0; d < hd; d += 8)
+      _mm256_storeu_ps(out[r] + d, _mm256_mul_ps(_mm256_loadu_ps(w.O + r * hd + d), inv));
+  }
+}
+
+}  // namespace efim::ops::detail
+
+#pragma GCC pop_options

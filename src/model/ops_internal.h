@@ -1,0 +1,36 @@
+// Shared between ops.cpp / attention.cpp (baseline code: planning, dispatch, references) and
+// ops_avx2.cpp (the AVX2 + FMA kernels). Not part of the model's public API.
+#pragma once
+
+#include <cstdint>
+
+#include "model/ops.h"
+
+namespace efim::ops::detail {
+
+// ---- flash attention (AVX2) ----
+
+// Key block: scores of one block of keys for all rows of a unit stay in L1.
+constexpr int64_t kFlashKeyBlock = 64;
+// Rows (query tokens x heads of one KV group) per unit: their Q, O and S tiles stay in L1/L2.
+constexpr int64_t kFlashMaxRows = 48;
+constexpr int64_t kFlashMaxHeadDim = 256;
+
+// Floats of per-thread work memory flash_unit_avx2 needs for a unit of `rows` rows.
+inline int64_t flash_work_floats(int64_t rows, int64_t head_dim) {
+  return 2 * rows * head_dim                // Q (pre-scaled), O
+         + head_dim * kFlashKeyBlock        // K^T of one key block
+         + rows * kFlashKeyBlock            // S / P of one key block
+         + 3 * rows;                        // m, l, correction
+}
+
+// Runs one unit; `work` has flash_work_floats(u.rows(), head_dim) floats.
+void flash_unit_avx2(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial);
+
+// ---- elementwise (AVX2) ----
+void rms_norm_avx2(const float* x, const float* w, int64_t n, float eps, float* y);
+void add_rms_norm_avx2(float* x, const float* d, const float* w, int64_t n, float eps, float* y);
+void silu_mul_avx2(float* gate, const float* up, int64_t n);
+void rope_rows_avx2(const RopeRows& r, const RopeTable& table);
+
+}  // namespace efim::ops::detail

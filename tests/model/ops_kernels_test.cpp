@@ -1,0 +1,281 @@
+// Differential tests of the AVX2 forward-pass ops against their scalar references (ops.h), and
+// of flash attention against a direct computation in double.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "model/ops.h"
+
+namespace efim {
+namespace {
+
+using cpu::CpuKernel;
+
+void need_avx2() {
+  ASSERT_TRUE(cpu::kernel_supported(CpuKernel::Avx2)) << "this test needs an AVX2 + FMA CPU";
+}
+
+std::vector<float> normal(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> v(n);
+  for (float& x : v) x = scale * nd(rng);
+  return v;
+}
+
+// |a - b| <= rel * |b| + abs elementwise; returns the worst violation ratio (<= 1 passes).
+double worst_ratio(const std::vector<float>& a, const std::vector<float>& b, double rel,
+                   double abs) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) return std::isnan(a[i]) == std::isnan(b[i]) ? 0 : 1e9;
+    if (a[i] == b[i]) continue;  // also equal infinities
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) /
+                                (rel * std::fabs(static_cast<double>(b[i])) + abs));
+  }
+  return worst;
+}
+
+TEST(OpsAvx2, RmsNormMatchesReference) {
+  need_avx2();
+  for (int64_t n : {1, 7, 8, 31, 64, 384, 768, 1001}) {
+    const auto x = normal(static_cast<size_t>(n), 3, 1), w = normal(static_cast<size_t>(n), 1, 2);
+    std::vector<float> a(x.size()), b(x.size());
+    ops::rms_norm(x.data(), w.data(), n, 1e-5f, a.data(), CpuKernel::Avx2);
+    ops::rms_norm(x.data(), w.data(), n, 1e-5f, b.data(), CpuKernel::Scalar);
+    EXPECT_LE(worst_ratio(a, b, 1e-6, 0), 1.0) << "n " << n;
+  }
+}
+
+TEST(OpsAvx2, AddRmsNormMatchesReference) {
+  need_avx2();
+  for (int64_t n : {5, 16, 384, 777}) {
+    const auto x = normal(static_cast<size_t>(n), 3, 3), d = normal(static_cast<size_t>(n), 1, 4);
+    const auto w = normal(static_cast<size_t>(n), 1, 5);
+    std::vector<float> xa = x, xb = x, a(x.size()), b(x.size());
+    ops::add_rms_norm(xa.data(), d.data(), w.data(), n, 1e-6f, a.data(), CpuKernel::Avx2);
+    ops::add_rms_norm(xb.data(), d.data(), w.data(), n, 1e-6f, b.data(), CpuKernel::Scalar);
+    EXPECT_EQ(xa, xb) << "the residual sum is exact in both";
+    EXPECT_LE(worst_ratio(a, b, 1e-6, 0), 1.0) << "n " << n;
+    // and it is the unfused pair
+    std::vector<float> xc = x, c(x.size());
+    ops::add_inplace(xc.data(), d.data(), n);
+    ops::rms_norm(xc.data(), w.data(), n, 1e-6f, c.data(), CpuKernel::Scalar);
+    EXPECT_EQ(b, c);
+  }
+}
+
+TEST(OpsAvx2, SiluMulMatchesReference) {
+  need_avx2();
+  const int64_t n = 4099;
+  auto g = normal(n, 6, 6);
+  const auto up = normal(n, 2, 7);
+  g[0] = 0;
+  g[1] = -0.0f;
+  g[2] = 1e-30f;
+  std::vector<float> a = g, b = g;
+  ops::silu_mul(a.data(), up.data(), n, CpuKernel::Avx2);
+  ops::silu_mul(b.data(), up.data(), n, CpuKernel::Scalar);
+  EXPECT_LE(worst_ratio(a, b, 1e-6, 1e-37), 1.0);
+  // silu actually applied: silu(0) = 0, large z: silu(z) ~ z
+  EXPECT_EQ(a[0], 0.0f);
+}
+
+TEST(OpsAvx2, SiluMulExtremes) {
+  need_avx2();
+  std::vector<float> g = {-200, -100, -88.9f, -88.3f, -87, -20, 20, 87, 88.3f, 100, 1e30f, -1e30f,
+                          INFINITY, -INFINITY, NAN, 0.5f};
+  const std::vector<float> up(g.size(), 1.5f);
+  std::vector<float> a = g, b = g;
+  ops::silu_mul(a.data(), up.data(), static_cast<int64_t>(g.size()), CpuKernel::Avx2);
+  ops::silu_mul(b.data(), up.data(), static_cast<int64_t>(g.size()), CpuKernel::Scalar);
+  // exp overflows to inf a little early (z < -88.37), where silu is below 1e-36: absolute slack.
+  EXPECT_LE(worst_ratio(a, b, 1e-6, 1e-35), 1.0);
+  EXPECT_EQ(a[12], INFINITY);
+  EXPECT_TRUE(std::isnan(a[14]));
+}
+
+// Both pairings, rows with a stride (fused q|k|v rows), a token sub-range.
+TEST(OpsAvx2, RopeMatchesReference) {
+  need_avx2();
+  for (int64_t hd : {8, 16, 64, 128, 12}) {
+    for (RopePairing pairing : {RopePairing::RotateHalf, RopePairing::Interleaved}) {
+      const int64_t n_tok = 9, heads = 5, stride = heads * hd + 13;
+      std::vector<double> inv_freq(static_cast<size_t>(hd / 2));
+      for (size_t i = 0; i < inv_freq.size(); ++i)
+        inv_freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+      std::vector<int32_t> pos(n_tok);
+      for (int64_t t = 0; t < n_tok; ++t) pos[t] = static_cast<int32_t>(t * 37 + 3);
+      ops::RopeTable table;
+      table.build(inv_freq, pos.data(), n_tok);
+      const auto x = normal(static_cast<size_t>(n_tok * stride), 1, 8);
+      std::vector<float> a = x, b = x;
+      ops::RopeRows rr{a.data(), stride, heads - 1, hd, 2, 8, pairing};
+      ops::rope_rows(rr, table, CpuKernel::Avx2);
+      rr.x = b.data();
+      ops::rope_rows(rr, table, CpuKernel::Scalar);
+      EXPECT_LE(worst_ratio(a, b, 1e-6, 1e-6), 1.0) << "hd " << hd;
+      // rows outside [2, 8) and the last head of each row are untouched; inside, moved
+      for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t i = 0; i < stride; ++i) {
+          const bool inside = t >= 2 && t < 8 && i < (heads - 1) * hd;
+          const size_t k = static_cast<size_t>(t * stride + i);
+          if (!inside) {
+            EXPECT_EQ(a[k], x[k]);
+          }
+        }
+      }
+      EXPECT_NE(a[2 * stride + 5], x[2 * stride + 5]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- attention
+
+struct AttnCase {
+  int64_t n_heads, n_kv, hd;
+  std::vector<int64_t> ctx_len, new_tokens;
+  int threads;
+  bool strided = false;  // q/out rows inside wider rows (the fused projection layout)
+};
+
+struct AttnData {
+  std::vector<std::vector<int32_t>> slots;
+  std::vector<ops::AttentionSeq> seqs;
+  std::vector<int32_t> pos;
+  std::vector<float> q, k, v;
+  ops::AttentionArgs args;
+};
+
+// Sequences with scattered slots; tokens of the step are each sequence's last new_tokens.
+void make_case(const AttnCase& c, AttnData& d, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t kvs = c.n_kv * c.hd;
+  const int64_t n_slots = std::accumulate(c.ctx_len.begin(), c.ctx_len.end(), int64_t{0});
+  std::vector<int32_t> perm(static_cast<size_t>(n_slots));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  d.seqs.assign(c.ctx_len.size(), {});
+  int64_t next = 0;
+  for (size_t s = 0; s < c.ctx_len.size(); ++s) {
+    d.slots.emplace_back(perm.begin() + next, perm.begin() + next + c.ctx_len[s]);
+    next += c.ctx_len[s];
+    for (int64_t p = c.ctx_len[s] - c.new_tokens[s]; p < c.ctx_len[s]; ++p) {
+      d.seqs[s].tokens.push_back(static_cast<int32_t>(d.pos.size()));
+      d.pos.push_back(static_cast<int32_t>(p));
+    }
+  }
+  for (size_t s = 0; s < d.seqs.size(); ++s) {
+    d.seqs[s].ctx = d.slots[s].data();
+    d.seqs[s].n_ctx = c.ctx_len[s];
+  }
+  const int64_t q_stride = c.n_heads * c.hd + (c.strided ? 2 * kvs : 0);
+  d.q = normal(d.pos.size() * static_cast<size_t>(q_stride), 2, seed + 1);
+  d.k = normal(static_cast<size_t>(n_slots * kvs), 1, seed + 2);
+  d.v = normal(static_cast<size_t>(n_slots * kvs), 1, seed + 3);
+  d.args = ops::AttentionArgs{d.q.data(), d.pos.data(), d.k.data(), d.v.data(), nullptr,
+                              c.n_heads, c.n_kv, c.hd, &d.seqs};
+  if (c.strided) {
+    d.args.q_stride = q_stride;
+    d.args.out_stride = q_stride;
+  }
+}
+
+// Direct attention in double over the same inputs (out rows of q_dim floats, dense).
+std::vector<double> naive(const AttnCase& c, const AttnData& d) {
+  const int64_t hd = c.hd, kvs = c.n_kv * hd, group = c.n_heads / c.n_kv;
+  const int64_t qs = d.args.q_stride ? d.args.q_stride : c.n_heads * hd;
+  std::vector<double> out(d.pos.size() * static_cast<size_t>(c.n_heads * hd), 0.0);
+  for (const auto& s : d.seqs)
+    for (int32_t t : s.tokens)
+      for (int64_t h = 0; h < c.n_heads; ++h) {
+        const int64_t n = d.pos[t] + 1;
+        std::vector<double> sc(static_cast<size_t>(n));
+        double m = -1e300, sum = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          double dot = 0;
+          for (int64_t i = 0; i < hd; ++i)
+            dot += static_cast<double>(d.q[t * qs + h * hd + i]) *
+                   d.k[s.ctx[j] * kvs + (h / group) * hd + i];
+          m = std::max(m, sc[j] = dot / std::sqrt(static_cast<double>(hd)));
+        }
+        for (double& x : sc) sum += (x = std::exp(x - m));
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t i = 0; i < hd; ++i)
+            out[t * c.n_heads * hd + h * hd + i] +=
+                sc[j] / sum * d.v[s.ctx[j] * kvs + (h / group) * hd + i];
+      }
+  return out;
+}
+
+std::vector<float> run_attention(const AttnCase& c, AttnData& d, CpuKernel k) {
+  const int64_t os = d.args.out_stride ? d.args.out_stride : c.n_heads * c.hd;
+  std::vector<float> out(d.pos.size() * static_cast<size_t>(os), -7.0f);
+  d.args.out = out.data();
+  ThreadPool pool(c.threads);
+  ops::AttentionScratch scratch;
+  ops::attention(pool, d.args, scratch, k);
+  // A second call with the same scratch (reuse across layers) gives the same bits.
+  std::vector<float> again(out.size(), -7.0f);
+  d.args.out = again.data();
+  ops::attention(pool, d.args, scratch, k);
+  EXPECT_EQ(out, again);
+  // Dense [n, q_dim]; the columns past q_dim of strided rows must be left alone.
+  std::vector<float> dense;
+  for (size_t t = 0; t < d.pos.size(); ++t)
+    for (int64_t i = 0; i < os; ++i) {
+      if (i < c.n_heads * c.hd) dense.push_back(out[t * os + i]);
+      else EXPECT_EQ(out[t * os + i], -7.0f);
+    }
+  return dense;
+}
+
+void check_flash(const AttnCase& c) {
+  AttnData d;
+  make_case(c, d, 21);
+  const std::vector<float> flash = run_attention(c, d, CpuKernel::Avx2);
+  const std::vector<float> ref = run_attention(c, d, CpuKernel::Scalar);
+  const std::vector<double> want = naive(c, d);
+  double worst_flash = 0, worst_ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst_flash = std::max(worst_flash, std::fabs(flash[i] - want[i]));
+    worst_ref = std::max(worst_ref, std::fabs(ref[i] - want[i]));
+  }
+  EXPECT_LT(worst_flash, 2e-5) << "heads " << c.n_heads << "/" << c.n_kv << " hd " << c.hd;
+  EXPECT_LT(worst_ref, 2e-5) << "heads " << c.n_heads << "/" << c.n_kv << " hd " << c.hd;
+}
+
+TEST(FlashAttention, PrefillGqaMatchesReference) {
+  need_avx2();
+  check_flash({6, 2, 64, {256}, {256}, 2});          // efim-base-py shape, one-step prefill
+  check_flash({12, 4, 64, {300}, {300}, 2, true});   // bench model, fused q|k|v rows
+  check_flash({4, 4, 32, {130}, {130}, 1});          // MHA, partial key block
+  check_flash({8, 1, 16, {77}, {77}, 2});            // one KV head, 8 heads per row group
+}
+
+TEST(FlashAttention, ChunksDecodeAndMixedSequences) {
+  need_avx2();
+  check_flash({6, 2, 64, {100, 7, 65}, {36, 7, 1}, 2});  // chunk after a prefix, prompt, decode
+  check_flash({4, 2, 128, {64, 129}, {1, 1}, 2});        // decode at block edges
+  check_flash({2, 1, 48, {200}, {3}, 3});                // hd not a multiple of 32
+}
+
+TEST(FlashAttention, LongContextDecodeSplitsKeys) {
+  need_avx2();
+  check_flash({6, 2, 64, {2048}, {1}, 2});     // keys split across threads, merged
+  check_flash({12, 4, 64, {1500}, {1}, 4});    // uneven pieces
+  check_flash({4, 1, 64, {700, 900}, {1, 2}, 2});
+}
+
+TEST(FlashAttention, HeadDimsWithoutFlashFallBackToReference) {
+  need_avx2();
+  check_flash({4, 2, 24, {40}, {40}, 2});  // 24 % 16 != 0: the reference runs for Avx2 too
+}
+
+}  // namespace
+}  // namespace efim
