@@ -11,32 +11,10 @@ import argparse
 import json
 import os
 import shutil
-import struct
 
 import numpy as np
 
-
-def to_bf16(a):
-    """float32 -> bfloat16 bits (round to nearest even)."""
-    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    u = u + 0x7FFF + ((u >> 16) & 1)
-    return (u >> 16).astype(np.uint16)
-
-
-def write_safetensors(path, tensors):
-    """tensors: list of (name, uint16 bf16 array). Writes one safetensors file."""
-    header, offset = {}, 0
-    for name, arr in tensors:
-        header[name] = {"dtype": "BF16", "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + arr.nbytes]}
-        offset += arr.nbytes
-    blob = json.dumps(header).encode()
-    blob += b" " * (-len(blob) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for _, arr in tensors:
-            f.write(arr.tobytes())
+from make_tiny_model import f32_to_bf16_bits, write_safetensors
 
 
 def main():
@@ -59,9 +37,9 @@ def main():
     rng = np.random.default_rng(args.seed)
 
     def w(*shape):
-        return to_bf16(rng.standard_normal(shape, dtype=np.float32) * 0.02)
+        return f32_to_bf16_bits(rng.standard_normal(shape, dtype=np.float32) * 0.02)
 
-    ones = to_bf16(np.ones(h, dtype=np.float32))
+    ones = f32_to_bf16_bits(np.ones(h, dtype=np.float32))
     tensors = [("model.embed_tokens.weight", w(vocab, h))]
     for i in range(args.layers):
         p = f"model.layers.{i}."
@@ -79,7 +57,8 @@ def main():
     tensors += [("model.norm.weight", ones), ("lm_head.weight", w(vocab, h))]
 
     os.makedirs(args.out, exist_ok=True)
-    write_safetensors(os.path.join(args.out, "model.safetensors"), tensors)
+    write_safetensors(os.path.join(args.out, "model.safetensors"),
+                      [(name, "BF16", a.shape, a.tobytes()) for name, a in tensors])
     shutil.copy(args.tokenizer, os.path.join(args.out, "tokenizer.json"))
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
