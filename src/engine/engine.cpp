@@ -1,0 +1,230 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <future>
+
+#include "base/error.h"
+
+namespace efim {
+namespace {
+
+// Bytes of K/V one block holds: K and V, f32, every layer.
+int64_t bytes_per_block(const ModelConfig& c, int32_t block_size) {
+  return 2 * c.n_layers * c.kv_dim() * int64_t(sizeof(float)) * block_size;
+}
+
+KvOptions resolve_kv(const ModelConfig& c, const EngineOptions& o) {
+  KvOptions kv = o.kv;
+  EFIM_CHECK(kv.block_size > 0, "EngineOptions.kv.block_size must be positive, got ",
+             kv.block_size);
+  if (kv.n_blocks == 0) {
+    kv.n_blocks = kv_blocks_for_budget(o.kv_cache_bytes, bytes_per_block(c, kv.block_size));
+  }
+  return kv;
+}
+
+std::vector<int32_t> resolve_eos(const ModelConfig& c, const EngineOptions& o) {
+  if (o.eos_tokens) return *o.eos_tokens;
+  return std::vector<int32_t>(c.eos_tokens.begin(), c.eos_tokens.end());
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Engine::Engine(Model& model, const EngineOptions& options)
+    : model_(model),
+      opt_(options),
+      eos_(resolve_eos(model.config(), options)),
+      kv_(resolve_kv(model.config(), options)),
+      cache_(model.config().n_layers, int64_t(kv_.stats().total_blocks) * kv_.block_size(),
+             model.config().kv_dim()),
+      sched_(options.scheduler, kv_),
+      runner_(model, cache_),
+      thread_([this] { loop(); }) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<RequestStream> Engine::submit(Request r) {
+  const ModelConfig& c = model_.config();
+  EFIM_CHECK(!r.prompt.empty(), "request: prompt is empty");
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    EFIM_CHECK(r.prompt[i] >= 0 && r.prompt[i] < c.vocab, "request: prompt token ", i, " = ",
+               r.prompt[i], " outside the vocabulary [0, ", c.vocab, ")");
+  }
+  EFIM_CHECK(r.max_tokens > 0, "request: max_tokens must be positive, got ", r.max_tokens);
+  EFIM_CHECK(int64_t(r.prompt.size()) + r.max_tokens <= c.max_position, "request: prompt of ",
+             r.prompt.size(), " tokens + max_tokens ", r.max_tokens,
+             " exceed the model context of ", c.max_position);
+  validate(r.sampling);
+
+  const RequestId id = next_id_++;
+  auto stream = std::make_shared<RequestStream>(id);
+  const Clock::time_point now = Clock::now();
+  post([this, id, stream, now, r = std::move(r)]() mutable {
+    sched_.add(id, r.prompt);
+    Sampler sampler(r.sampling);
+    Live live{std::move(r), stream, std::move(sampler), {}, {}, now};
+    if (opt_.tokenizer) live.decoder.emplace(*opt_.tokenizer);
+    live.result.id = id;
+    live_.emplace(id, std::move(live));
+  });
+  return stream;
+}
+
+void Engine::cancel(RequestId id) {
+  post([this, id] {
+    if (live_.contains(id)) finish(id, FinishReason::cancelled);
+  });
+}
+
+void Engine::post(std::function<void()> task) {
+  {
+    std::lock_guard lk(mu_);
+    inbox_.push_back(std::move(task));
+  }
+  cv_.notify_all();
+}
+
+void Engine::call(const std::function<void()>& fn) {
+  std::promise<void> done;
+  post([&] {
+    try {
+      fn();
+      done.set_value();
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  done.get_future().get();
+}
+
+KvStats Engine::kv_stats() {
+  KvStats st;
+  call([&] { st = kv_.stats(); });
+  return st;
+}
+
+void Engine::clear_cache() {
+  call([&] { kv_.clear(); });
+}
+
+void Engine::check_invariants() {
+  call([&] { kv_.check_invariants(); });
+}
+
+int64_t Engine::steps() {
+  int64_t n = 0;
+  call([&] { n = steps_; });
+  return n;
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::vector<std::function<void()>> tasks;
+    bool stopping = false;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !inbox_.empty() || sched_.has_work(); });
+      stopping = stop_;
+      tasks.swap(inbox_);
+    }
+    for (auto& t : tasks) t();
+    if (stopping) break;
+    if (sched_.has_work()) step();
+  }
+  // Shutdown: whatever is left (including requests posted just before) ends as cancelled.
+  std::vector<SeqId> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  for (SeqId id : ids) finish(id, FinishReason::cancelled);
+}
+
+void Engine::step() {
+  StepPlan plan = sched_.schedule();
+  for (SeqId id : plan.rejected) {
+    finish(id, FinishReason::error,
+           str("sequence of ", sched_.tokens(id).size(),
+               " tokens (prompt + generated) exceeds the KV cache of ",
+               int64_t(kv_.stats().total_blocks) * kv_.block_size(), " slots"));
+  }
+  for (SeqId id : plan.admitted) {
+    Live& l = live_.at(id);
+    if (sched_.n_preemptions(id) == 0) {
+      l.result.timings.queue_ms = ms_since(l.submitted);
+      l.result.n_cached = sched_.n_cached_at_admission(id);
+    }
+  }
+  if (plan.empty()) return;
+  std::vector<SampledToken> sampled;
+  try {
+    sampled = runner_.run(plan, sched_,
+                          [this](SeqId id) -> Sampler& { return live_.at(id).sampler; });
+  } catch (const std::exception& e) {
+    // The step's sequences cannot continue consistently: end them, keep serving the others.
+    for (const PlannedSeq& p : plan.seqs) {
+      if (live_.contains(p.id)) finish(p.id, FinishReason::error, e.what());
+    }
+    return;
+  }
+  ++steps_;
+  for (const SampledToken& t : sampled) on_token(t.id, t.token);
+  if (opt_.on_step) opt_.on_step(plan);
+}
+
+void Engine::on_token(SeqId id, int32_t token) {
+  Live& l = live_.at(id);
+  if (l.result.tokens.empty() && l.result.stop_token < 0) {
+    l.result.timings.first_token_ms = ms_since(l.submitted);
+  }
+  const bool stop = std::find(l.request.stop_tokens.begin(), l.request.stop_tokens.end(),
+                              token) != l.request.stop_tokens.end() ||
+                    (!l.request.ignore_eos && is_eos(token));
+  if (stop) {
+    l.result.stop_token = token;
+    return finish(id, FinishReason::stop);
+  }
+  l.result.tokens.push_back(token);
+  const std::string piece = l.decoder ? l.decoder->push(token) : std::string();
+  l.result.text += piece;
+  l.stream->push(token, piece);
+  if (static_cast<int32_t>(l.result.tokens.size()) >= l.request.max_tokens) {
+    return finish(id, FinishReason::length);
+  }
+  sched_.append_token(id, token);
+}
+
+bool Engine::is_eos(int32_t token) const {
+  return std::find(eos_.begin(), eos_.end(), token) != eos_.end();
+}
+
+// Ends a live request: frees its sequence (computed rows stay cached) and closes its stream.
+void Engine::finish(SeqId id, FinishReason reason, std::string error) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  Live& l = it->second;
+  if (sched_.contains(id)) {
+    l.result.n_preemptions = sched_.n_preemptions(id);
+    sched_.remove(id);
+  }
+  if (l.decoder) {  // an incomplete trailing character becomes U+FFFD
+    const std::string tail = l.decoder->flush();
+    l.result.text += tail;
+    l.stream->push_text(tail);
+  }
+  l.result.finish = reason;
+  l.result.error = std::move(error);
+  l.result.timings.total_ms = ms_since(l.submitted);
+  l.stream->finish(std::move(l.result));
+  live_.erase(it);
+}
+
+}  // namespace efim

@@ -1,0 +1,99 @@
+// Engine: one thread owns the model, the KV cache and the scheduler (architecture rule 1) and
+// runs the loop  tasks -> schedule -> run -> sample -> stream. Other threads submit requests
+// and cancel them by posting tasks; results come back through each request's RequestStream.
+// A cancel takes effect between steps: the sequence is released and its computed prefix stays
+// in the prefix cache.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/runner.h"
+#include "engine/scheduler.h"
+#include "engine/stream.h"
+#include "kv/kv_manager.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace efim {
+
+struct EngineOptions {
+  SchedulerOptions scheduler;
+  KvOptions kv;                            // kv.n_blocks 0: from kv_cache_bytes
+  int64_t kv_cache_bytes = 256ll << 20;    // K/V memory budget when kv.n_blocks is 0
+  std::optional<std::vector<int32_t>> eos_tokens;  // unset: the model config's
+  // Borrowed, optional: when set, streams and results carry the decoded text as well (the
+  // engine thread decodes incrementally, whole UTF-8 characters per chunk).
+  const Tokenizer* tokenizer = nullptr;
+  // Called on the engine thread after each step's tokens went out (metrics, tests); must not
+  // call back into the engine. Tasks posted while it runs take effect before the next step.
+  std::function<void(const StepPlan&)> on_step;
+};
+
+class Engine {
+ public:
+  // `model` is borrowed and must outlive the engine; only the engine thread uses it.
+  Engine(Model& model, const EngineOptions& options);
+  ~Engine();  // stops the loop; unfinished requests end as cancelled
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Any thread. Throws Error when the request is invalid (empty prompt, token outside the
+  // vocabulary, max_tokens <= 0, prompt + max_tokens beyond the model's context, bad sampling).
+  std::shared_ptr<RequestStream> submit(Request request);
+  // Any thread. Ends the request (if it still runs) before the next step.
+  void cancel(RequestId id);
+
+  // Any thread; run on the engine thread between steps and wait for it.
+  KvStats kv_stats();
+  void clear_cache();       // drops every unreferenced cached block
+  void check_invariants();  // KvManager audit; throws Error on a violation
+  int64_t steps();          // steps run so far
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Live {  // a request the engine thread is working on
+    Request request;
+    std::shared_ptr<RequestStream> stream;
+    Sampler sampler;
+    std::optional<IncrementalDecoder> decoder;  // with EngineOptions.tokenizer
+    RequestResult result;
+    Clock::time_point submitted;
+  };
+
+  void post(std::function<void()> task);
+  void call(const std::function<void()>& fn);  // post and wait
+  void loop();
+  void step();
+  void on_token(SeqId id, int32_t token);
+  void finish(SeqId id, FinishReason reason, std::string error = {});
+  bool is_eos(int32_t token) const;
+
+  Model& model_;
+  EngineOptions opt_;
+  std::vector<int32_t> eos_;
+  KvManager kv_;
+  KvCache cache_;
+  Scheduler sched_;
+  Runner runner_;
+  std::unordered_map<SeqId, Live> live_;  // engine thread only
+  int64_t steps_ = 0;                     // engine thread only
+
+  std::atomic<RequestId> next_id_{1};
+  std::mutex mu_;  // guards inbox_ and stop_
+  std::condition_variable cv_;
+  std::vector<std::function<void()>> inbox_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after everything above is built
+};
+
+}  // namespace efim

@@ -1,0 +1,43 @@
+// What a client asks the engine for (Request) and what it gets back (RequestResult).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace efim {
+
+using RequestId = int64_t;
+
+enum class FinishReason { none, length, stop, cancelled, error };
+const char* to_string(FinishReason r);
+
+struct Request {
+  std::vector<int32_t> prompt;      // token ids, non-empty
+  SamplingParams sampling;          // temperature 0 = greedy
+  int32_t max_tokens = 16;          // new tokens to generate at most (> 0)
+  std::vector<int32_t> stop_tokens;  // generation ends when one is sampled (not emitted)
+  bool ignore_eos = false;          // true: the model's EOS tokens do not end generation
+};
+
+struct RequestTimings {
+  double queue_ms = 0;        // submit -> first admission (KV blocks allocated)
+  double first_token_ms = 0;  // submit -> first generated token; 0 when none
+  double total_ms = 0;        // submit -> finish
+};
+
+struct RequestResult {
+  RequestId id = 0;
+  std::vector<int32_t> tokens;  // generated tokens (a stop/EOS token that ended it excluded)
+  std::string text;             // their decoding (UTF-8), when the engine has a tokenizer
+  FinishReason finish = FinishReason::none;
+  int32_t stop_token = -1;     // the token that ended a `stop` finish
+  int32_t n_cached = 0;        // prompt tokens reused from the prefix cache at first admission
+  int32_t n_preemptions = 0;   // times the request was preempted (recomputed)
+  RequestTimings timings;
+  std::string error;           // set when finish == error
+};
+
+}  // namespace efim

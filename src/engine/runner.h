@@ -1,0 +1,42 @@
+// Runner: executes one StepPlan on the model. It runs the plan's slot copies on the KvCache,
+// builds one Batch (slots rebuilt from the KV manager every step, because commits can switch a
+// row to a deduplicated block), calls Model::forward once, commits the computed tokens and
+// samples the next token of every sequence whose chunk reached its last wanted token.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+
+namespace efim {
+
+struct SampledToken {
+  SeqId id = 0;
+  int32_t token = 0;
+};
+
+class Runner {
+ public:
+  // Both borrowed; `cache` must have n_blocks * block_size slots of the KV manager.
+  Runner(Model& model, KvCache& cache);
+
+  // The sampler of a sequence (owned by the caller).
+  using SamplerFor = std::function<Sampler&(SeqId)>;
+  // Runs `plan` (non-empty), commits its tokens through `sched`, returns the sampled tokens in
+  // plan order. The sampled tokens are not yet appended to the sequences.
+  std::vector<SampledToken> run(const StepPlan& plan, Scheduler& sched, const SamplerFor& sampler);
+
+  // The batch `plan` turns into (exposed for tests).
+  static Batch build_batch(const StepPlan& plan, const Scheduler& sched, const KvManager& kv);
+
+ private:
+  Model& model_;
+  KvCache& cache_;
+  std::vector<float> logits_;  // [rows with logits, vocab]
+};
+
+}  // namespace efim

@@ -1,0 +1,392 @@
+// Engine end to end on a tiny random Llama (scripts/make_tiny_model.py, numpy required): greedy
+// output through the engine must equal ContiguousSession's greedy decoding token for token,
+// whatever the batching, chunking, prefix reuse or preemption.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <future>
+#include <numeric>
+#include <thread>
+
+#include "../model/model_test_util.h"
+#include "base/error.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
+
+namespace efim {
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    test::require_numpy();
+    test::make_tiny_model(dir_->path(), "llama", "f32");
+    if (::testing::Test::HasFatalFailure()) return;
+    LoadOptions lo;
+    lo.n_threads = 1;
+    model_ = Model::load(dir_->path(), lo).release();
+    ref_model_ = Model::load(dir_->path(), lo).release();  // the engine thread owns model_
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete ref_model_;
+    delete dir_;
+  }
+  void SetUp() override { ASSERT_NE(model_, nullptr) << "tiny model missing"; }
+
+  // Greedy decoding of n tokens with the single-sequence reference path.
+  static std::vector<int32_t> reference(const std::vector<int32_t>& prompt, int32_t n) {
+    ContiguousSession s(*ref_model_, 128);
+    std::vector<int32_t> out;
+    std::vector<float> logits = s.eval(prompt);
+    for (int32_t i = 0; i < n; ++i) {
+      out.push_back(argmax(logits));
+      if (i + 1 < n) logits = s.eval({out.back()});
+    }
+    return out;
+  }
+
+  static std::vector<int32_t> prompt(int32_t n, int32_t seed) {
+    std::vector<int32_t> p(n);
+    for (int32_t i = 0; i < n; ++i) p[i] = 3 + (seed * 131 + i * 37 + i * i * 7) % 290;
+    return p;
+  }
+
+  static Request greedy(std::vector<int32_t> p, int32_t max_tokens) {
+    Request r;
+    r.prompt = std::move(p);
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    return r;
+  }
+
+  static EngineOptions options(int32_t budget, int32_t n_blocks, int32_t block_size = 16) {
+    EngineOptions o;
+    o.scheduler.max_step_tokens = budget;
+    o.kv.n_blocks = n_blocks;
+    o.kv.block_size = block_size;
+    return o;
+  }
+
+  // Holds the engine thread after its first step until every request of a batch is queued,
+  // so the batch is scheduled together whatever the thread timing.
+  struct StartGate {
+    std::promise<void> reached, go;
+    std::shared_future<void> go_f = go.get_future().share();
+    int64_t steps = 0;
+    size_t max_batch = 0;  // most sequences in one step; read after Engine::steps()
+    EngineOptions attach(EngineOptions o) {
+      o.on_step = [this](const StepPlan& p) {
+        max_batch = std::max(max_batch, p.seqs.size());
+        if (++steps == 1) {
+          reached.set_value();
+          go_f.wait();
+        }
+      };
+      return o;
+    }
+  };
+
+  // Submits all requests at once and checks every output against the reference. With a gate,
+  // a 2-token opener request runs first and the others are queued while the gate holds.
+  static std::vector<RequestResult> run_batch(Engine& e, const std::vector<Request>& reqs,
+                                              StartGate* gate = nullptr) {
+    std::shared_ptr<RequestStream> opener;
+    if (gate) {
+      opener = e.submit(greedy(prompt(3, 99), 2));
+      gate->reached.get_future().wait();
+    }
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const Request& r : reqs) streams.push_back(e.submit(r));
+    if (gate) {
+      gate->go.set_value();
+      EXPECT_EQ(opener->wait().tokens, reference(prompt(3, 99), 2));
+    }
+    std::vector<RequestResult> results;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      results.push_back(streams[i]->wait());
+      EXPECT_EQ(results[i].finish, FinishReason::length) << "request " << i;
+      EXPECT_EQ(results[i].tokens, reference(reqs[i].prompt, reqs[i].max_tokens))
+          << "request " << i;
+    }
+    return results;
+  }
+
+  static test::TempDir* dir_;
+  static Model* model_;
+  static Model* ref_model_;
+};
+test::TempDir* EngineTest::dir_ = nullptr;
+Model* EngineTest::model_ = nullptr;
+Model* EngineTest::ref_model_ = nullptr;
+
+TEST_F(EngineTest, GreedyAloneMatchesContiguousSession) {
+  Engine e(*model_, options(512, 64));
+  Request r = greedy(prompt(12, 1), 20);
+  auto stream = e.submit(r);
+  // Tokens arrive through the stream as they are produced, then the stream ends.
+  std::vector<int32_t> streamed;
+  for (StreamChunk part = stream->next(); !part.empty(); part = stream->next()) {
+    streamed.insert(streamed.end(), part.tokens.begin(), part.tokens.end());
+    EXPECT_TRUE(part.text.empty());  // no tokenizer, no text
+  }
+  RequestResult res = stream->wait();
+  EXPECT_EQ(res.tokens, reference(r.prompt, 20));
+  EXPECT_EQ(streamed, res.tokens);
+  EXPECT_EQ(res.finish, FinishReason::length);
+  EXPECT_EQ(res.n_cached, 0);
+  EXPECT_GT(res.timings.first_token_ms, 0.0);
+  EXPECT_GE(res.timings.total_ms, res.timings.first_token_ms);
+  EXPECT_EQ(e.steps(), 20);  // one step for the whole prompt, then one per decode token
+}
+
+TEST_F(EngineTest, FourRequestsBatchedMatchAlone) {
+  StartGate gate;
+  Engine e(*model_, gate.attach(options(512, 64)));
+  std::vector<Request> reqs = {greedy(prompt(5, 2), 20), greedy(prompt(17, 3), 8),
+                               greedy(prompt(30, 4), 15), greedy(prompt(9, 5), 25)};
+  run_batch(e, reqs, &gate);
+  EXPECT_EQ(e.steps(), 2 + 24);  // opener (2 steps), then the longest request: 25 tokens
+  EXPECT_EQ(gate.max_batch, 5u);  // the 4 prefills with the opener's second token
+  e.check_invariants();
+}
+
+TEST_F(EngineTest, ChunkedPrefillWithASmallBudgetGivesTheSameTokens) {
+  StartGate gate;
+  Engine e(*model_, gate.attach(options(7, 64, 4)));
+  std::vector<Request> reqs = {greedy(prompt(30, 6), 10), greedy(prompt(23, 7), 12),
+                               greedy(prompt(3, 8), 9)};
+  run_batch(e, reqs, &gate);
+  EXPECT_GE(e.steps(), 1 + (30 + 23 + 3) / 7);  // no step computed more than 7 tokens
+  EXPECT_GE(gate.max_batch, 2u);
+  e.check_invariants();
+}
+
+TEST_F(EngineTest, SharedPrefixIsReusedWithTheSameOutput) {
+  Engine e(*model_, options(512, 64, 4));
+  std::vector<int32_t> a = prompt(26, 9);
+  RequestResult ra = run_batch(e, {greedy(a, 6)})[0];
+  EXPECT_EQ(ra.n_cached, 0);
+  std::vector<int32_t> b(a.begin(), a.begin() + 18);  // diverges inside a block (18 % 4 = 2)
+  for (int32_t t : prompt(7, 10)) b.push_back(t);
+  RequestResult rb = run_batch(e, {greedy(b, 10)})[0];
+  EXPECT_EQ(rb.n_cached, 18);
+  // The same prompt again: everything but the last prompt token is cached.
+  RequestResult rc = run_batch(e, {greedy(b, 10)})[0];
+  EXPECT_EQ(rc.n_cached, static_cast<int32_t>(b.size()) - 1);
+  KvStats st = e.kv_stats();
+  EXPECT_EQ(st.prefix_hit_tokens, 18 + static_cast<int64_t>(b.size()) - 1);
+  e.check_invariants();
+}
+
+TEST_F(EngineTest, CancelMidGenerationFreesTheSequence) {
+  // The step hook holds the engine thread after step 5 until the cancel is posted, so the
+  // cancel lands exactly between steps 5 and 6.
+  std::promise<void> reached, go;
+  std::shared_future<void> go_f = go.get_future().share();
+  int64_t n_steps = 0;
+  EngineOptions o = options(512, 32, 4);
+  o.on_step = [&](const StepPlan&) {
+    if (++n_steps == 5) {
+      reached.set_value();
+      go_f.wait();
+    }
+  };
+  Engine e(*model_, o);
+  const KvStats before = e.kv_stats();
+  Request r = greedy(prompt(10, 11), 100);
+  auto s = e.submit(r);
+  auto other = e.submit(greedy(prompt(14, 12), 12));
+  reached.get_future().wait();
+  e.cancel(s->id());
+  go.set_value();
+  RequestResult res = s->wait();
+  EXPECT_EQ(res.finish, FinishReason::cancelled);
+  std::vector<int32_t> ref = reference(r.prompt, 100);
+  ref.resize(5);
+  EXPECT_EQ(res.tokens, ref);  // one token per step before the cancel, all still right
+  RequestResult ro = other->wait();
+  EXPECT_EQ(ro.tokens, reference(prompt(14, 12), 12));
+  e.cancel(s->id());  // cancelling a finished request is a no-op
+  KvStats mid = e.kv_stats();
+  EXPECT_EQ(mid.used_blocks, 0);
+  EXPECT_GT(mid.cached_blocks, 0);  // the computed prefixes stay cached
+  e.clear_cache();
+  KvStats after = e.kv_stats();
+  EXPECT_EQ(after.free_blocks, before.free_blocks);
+  EXPECT_EQ(after.free_blocks, after.total_blocks);
+  e.check_invariants();
+}
+
+TEST_F(EngineTest, PreemptionUnderATinyKvBudgetKeepsGreedyOutputs) {
+  // 12 blocks of 4 = 48 slots; 4 requests of up to 35 tokens each cannot all run at once.
+  StartGate gate;
+  Engine e(*model_, gate.attach(options(512, 12, 4)));
+  std::vector<Request> reqs = {greedy(prompt(10, 13), 20), greedy(prompt(12, 14), 22),
+                               greedy(prompt(8, 15), 24), greedy(prompt(15, 16), 20)};
+  std::vector<RequestResult> res = run_batch(e, reqs, &gate);
+  int32_t preemptions = 0;
+  for (const RequestResult& r : res) preemptions += r.n_preemptions;
+  EXPECT_GT(preemptions, 0);
+  EXPECT_EQ(e.kv_stats().used_blocks, 0);
+  e.check_invariants();
+}
+
+TEST_F(EngineTest, StopAndEosTokensEndGeneration) {
+  EngineOptions o = options(512, 64);
+  const std::vector<int32_t> p = prompt(11, 17);
+  const std::vector<int32_t> ref = reference(p, 12);
+  o.eos_tokens = std::vector<int32_t>{ref[7]};
+  Engine e(*model_, o);
+  auto first = [&](int32_t tok) {  // index of the first occurrence of tok in ref
+    return static_cast<size_t>(std::find(ref.begin(), ref.end(), tok) - ref.begin());
+  };
+  Request stop = greedy(p, 12);
+  stop.stop_tokens = {ref[4]};
+  RequestResult rs = e.submit(stop)->wait();
+  EXPECT_EQ(rs.finish, FinishReason::stop);
+  EXPECT_EQ(rs.stop_token, ref[4]);
+  EXPECT_EQ(rs.tokens, std::vector<int32_t>(ref.begin(), ref.begin() + first(ref[4])));
+
+  Request eos = greedy(p, 12);
+  eos.ignore_eos = false;
+  RequestResult re = e.submit(eos)->wait();
+  EXPECT_EQ(re.finish, FinishReason::stop);
+  EXPECT_EQ(re.tokens, std::vector<int32_t>(ref.begin(), ref.begin() + first(ref[7])));
+
+  RequestResult ri = e.submit(greedy(p, 12))->wait();  // ignore_eos
+  EXPECT_EQ(ri.finish, FinishReason::length);
+  EXPECT_EQ(ri.tokens, ref);
+}
+
+TEST_F(EngineTest, SequenceOutgrowingTheWholeCacheEndsWithAnError) {
+  Engine e(*model_, options(512, 2, 4));  // 8 slots
+  Request r = greedy(prompt(6, 19), 10);
+  RequestResult res = e.submit(r)->wait();
+  EXPECT_EQ(res.finish, FinishReason::error);
+  EXPECT_NE(res.error.find("exceeds the KV cache of 8 slots"), std::string::npos) << res.error;
+  // Tokens 7 and 8 fit; the 3rd sampled token would be the 9th position.
+  EXPECT_EQ(res.tokens, reference(r.prompt, 3));
+  EXPECT_EQ(e.kv_stats().used_blocks, 0);
+  // The engine keeps serving.
+  RequestResult ok = e.submit(greedy(prompt(4, 20), 3))->wait();
+  EXPECT_EQ(ok.tokens, reference(prompt(4, 20), 3));
+}
+
+TEST_F(EngineTest, InvalidRequestsThrowWithTheOffendingValue) {
+  Engine e(*model_, options(512, 16));
+  EXPECT_THROW(e.submit(greedy({}, 4)), Error);
+  EXPECT_THROW(e.submit(greedy({1, 300}, 4)), Error);  // vocab is 300
+  EXPECT_THROW(e.submit(greedy({1, 2}, 0)), Error);
+  EXPECT_THROW(e.submit(greedy(prompt(100, 1), 29)), Error);  // context is 128
+  Request bad = greedy({1, 2}, 4);
+  bad.sampling.top_p = 0;
+  EXPECT_THROW(e.submit(bad), Error);
+  try {
+    e.submit(greedy({5, -1}, 4));
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("-1"), std::string::npos) << err.what();
+  }
+}
+
+TEST_F(EngineTest, SampledRequestsAreReproducibleForASeed) {
+  Engine e(*model_, options(512, 64));
+  Request r = greedy(prompt(9, 18), 16);
+  r.sampling = {.temperature = 0.8f, .top_k = 20, .top_p = 0.95f, .min_p = 0.0f, .seed = 42};
+  auto a = e.submit(r);
+  auto b = e.submit(r);  // batched together, separate samplers, same seed
+  RequestResult ra = a->wait(), rb = b->wait();
+  EXPECT_EQ(ra.tokens.size(), 16u);
+  EXPECT_EQ(ra.tokens, rb.tokens);
+}
+
+TEST_F(EngineTest, ClientThreadsSubmitConcurrently) {
+  Engine e(*model_, options(64, 64, 4));
+  std::vector<std::vector<int32_t>> got(4);
+  std::vector<std::thread> clients;
+  for (int32_t c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      for (int32_t round = 0; round < 2; ++round) {  // each client's rounds are sequential
+        auto s = e.submit(greedy(prompt(6 + 5 * c + round, 20 + c), 6));
+        std::vector<int32_t> t = s->wait().tokens;
+        got[c].insert(got[c].end(), t.begin(), t.end());
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (int32_t c = 0; c < 4; ++c) {
+    std::vector<int32_t> want = reference(prompt(6 + 5 * c, 20 + c), 6);
+    std::vector<int32_t> second = reference(prompt(7 + 5 * c, 20 + c), 6);
+    want.insert(want.end(), second.begin(), second.end());
+    EXPECT_EQ(got[c], want) << "client " << c;
+  }
+  e.check_invariants();
+}
+
+TEST_F(EngineTest, CancelWhileWaitingAndShutdownEndEveryRequest) {
+  std::shared_ptr<RequestStream> a, b;
+  {
+    EngineOptions o = options(512, 64, 4);
+    o.scheduler.max_running = 1;  // b waits until a (120 tokens to generate) is done
+    Engine e(*model_, o);
+    a = e.submit(greedy(prompt(8, 30), 120));
+    ASSERT_FALSE(a->next().tokens.empty());  // a runs
+    b = e.submit(greedy(prompt(20, 31), 8));
+    e.cancel(b->id());
+    RequestResult rb = b->wait();
+    EXPECT_EQ(rb.finish, FinishReason::cancelled);
+    EXPECT_TRUE(rb.tokens.empty());
+    EXPECT_EQ(rb.timings.first_token_ms, 0.0);
+  }  // the destructor ends `a` if it still runs (timing-dependent: it may have finished)
+  RequestResult ra = a->wait();
+  EXPECT_TRUE(ra.finish == FinishReason::cancelled || ra.finish == FinishReason::length)
+      << to_string(ra.finish);
+  if (ra.finish == FinishReason::length) {
+    EXPECT_EQ(ra.tokens.size(), 120u);
+  }
+}
+
+// With a tokenizer the stream carries text: whole UTF-8 characters per chunk, adding up to the
+// decoding of the generated ids. (The project's test tokenizer has 16k ids; the tiny model
+// generates ids below 300.)
+TEST_F(EngineTest, StreamsCarryIncrementallyDecodedText) {
+  const Tokenizer tok = Tokenizer::from_json_file(
+      test::source_path("tests/tokenizer/data/efim-base-py/tokenizer.json"));
+  ASSERT_GE(tok.vocab_size(), model_->config().vocab);
+  EngineOptions o = options(512, 64);
+  o.tokenizer = &tok;
+  Engine e(*model_, o);
+  Request r = greedy(prompt(7, 40), 40);
+  auto stream = e.submit(r);
+  std::vector<int32_t> ids;
+  std::string text;
+  for (StreamChunk part = stream->next(); !part.empty(); part = stream->next()) {
+    EXPECT_TRUE(unicode::is_valid_utf8(part.text));
+    ids.insert(ids.end(), part.tokens.begin(), part.tokens.end());
+    text += part.text;
+  }
+  RequestResult res = stream->wait();
+  EXPECT_EQ(res.tokens, reference(r.prompt, 40));
+  EXPECT_EQ(ids, res.tokens);
+  EXPECT_EQ(res.text, text);
+  EXPECT_FALSE(text.empty());
+  // The same ids through a fresh decoder (its lossy decoding is tested in tests/tokenizer):
+  // the engine fed every token in order and flushed at the end. Random ids rarely form valid
+  // UTF-8, so this text has U+FFFD replacements; where the bytes are valid it is them exactly.
+  IncrementalDecoder dec(tok);
+  std::string want;
+  for (int32_t id : res.tokens) want += dec.push(id);
+  want += dec.flush();
+  EXPECT_EQ(text, want);
+  const std::string bytes = tok.decode(res.tokens);
+  if (unicode::is_valid_utf8(bytes)) {
+    EXPECT_EQ(text, bytes);
+  }
+}
+
+}  // namespace
+}  // namespace efim
