@@ -74,8 +74,12 @@ void ThreadPool::worker(int index) {
     }
     if (stop_.load()) return;
     seen = generation_.load();
-    run_chunks(index);
-    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+    // Join, then check the job is still open: the caller closes it before it waits for
+    // active_ == 0, so either it waits for us or we see it closed (seq_cst on both sides).
+    // A job opened after that one has its fields written before job_open_ is set again.
+    active_.fetch_add(1);
+    if (job_open_.load()) run_chunks(index);
+    if (active_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
       std::lock_guard<std::mutex> lock(mu_);
       done_cv_.notify_one();
     }
@@ -94,14 +98,15 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   n_ = n;
   grain_ = grain;
   next_.store(0, std::memory_order_relaxed);
-  pending_.store(n_threads_ - 1);
+  job_open_.store(true);
   generation_.fetch_add(1);  // publishes the job
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     start_cv_.notify_all();
   }
   run_chunks(0);
-  auto done = [&] { return pending_.load() == 0; };
+  job_open_.store(false);  // every chunk is handed out; late workers skip this job
+  auto done = [&] { return active_.load() == 0; };
   if (!spin_until(done)) {
     std::unique_lock<std::mutex> lock(mu_);
     caller_sleeping_.store(true);

@@ -3,7 +3,9 @@
 // A decode step of a small model issues ~100 parallel loops of a few microseconds each, so the
 // hand-off must be cheap: workers spin on the job counter for a short while (kSpinMicros) after
 // each job before they sleep on a condition variable, and the caller spins the same way while
-// it waits for stragglers. An idle pool sleeps and costs nothing.
+// it waits for stragglers. An idle pool sleeps and costs nothing. Chunks are handed out
+// dynamically and the caller only waits for workers that joined the job before it closed: on
+// a busy machine a worker that is not scheduled in time is simply not waited for.
 #pragma once
 
 #include <atomic>
@@ -53,7 +55,8 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   std::atomic<uint64_t> generation_{0};  // bumped once per job
-  std::atomic<int> pending_{0};          // workers still inside the current job
+  std::atomic<bool> job_open_{false};    // workers may still join the current job
+  std::atomic<int> active_{0};           // workers inside a job
   std::atomic<int> sleepers_{0};         // workers waiting on start_cv_
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};
