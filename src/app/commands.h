@@ -11,5 +11,6 @@ void register_generate(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_bench_model(CLI::App& app);
 void register_logits(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace efim::app

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   efim::app::register_convert(app);
   efim::app::register_bench_model(app);
   efim::app::register_logits(app);
+  efim::app::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

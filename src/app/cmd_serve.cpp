@@ -1,0 +1,105 @@
+// `efim serve MODEL`: loads the model, starts the engine and serves HTTP until killed.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+#include <filesystem>
+#include <memory>
+
+#include "app/commands.h"
+#include "app/loaded.h"
+#include "base/error.h"
+#include "engine/engine.h"
+#include "server/server.h"
+
+namespace efim::app {
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string infill_mode = "auto";
+  int threads = 0;
+  int64_t kv_cache_mb = 256;
+  ServerOptions server;
+};
+
+std::string model_id(const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.filename().empty()) p = p.parent_path();  // "dir/"
+  return p.filename().string();
+}
+
+// SIGINT / SIGTERM stop the server cleanly: the signals are blocked in every thread and a
+// waiter thread turns them into Server::stop() (no work inside a signal handler).
+class StopOnSignal {
+ public:
+  StopOnSignal() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any thread starts: inherited
+  }
+  void start(Server& server) {
+    waiter_ = std::thread([this, &server] {
+      int sig = 0;
+      sigwait(&set_, &sig);
+      if (!done_) server.stop();
+    });
+  }
+  // Call before the server goes away; the waiter never touches it afterwards.
+  void stop() {
+    if (!waiter_.joinable()) return;
+    done_ = true;
+    pthread_kill(waiter_.native_handle(), SIGTERM);  // wakes it when no signal came
+    waiter_.join();
+  }
+  ~StopOnSignal() { stop(); }
+
+ private:
+  sigset_t set_;
+  std::atomic<bool> done_{false};
+  std::thread waiter_;
+};
+
+void run_serve(ServeArgs& a) {
+  EFIM_CHECK(a.kv_cache_mb > 0, "--kv-cache-mb must be positive, got ", a.kv_cache_mb);
+  EFIM_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535], got ",
+             a.server.port);
+  a.server.infill_mode = parse_mode(a.infill_mode);
+  a.server.model_id = model_id(a.model);
+  StopOnSignal signals;
+  LoadedModel m = load_model(a.model, a.threads);
+  EngineOptions eo;
+  eo.kv_cache_bytes = a.kv_cache_mb << 20;
+  eo.tokenizer = &m.tokenizer;
+  Engine engine(*m.model, eo);
+  Server server(engine, m.tokenizer, int32_t(m.model->config().max_position), a.server);
+  const int port = server.bind();
+  std::fprintf(stderr, "efim: serving %s on http://%s:%d (infill mode %s)\n",
+               a.server.model_id.c_str(), a.server.host.c_str(), port, a.infill_mode.c_str());
+  signals.start(server);
+  server.listen();
+  signals.stop();
+  std::fprintf(stderr, "efim: server stopped\n");
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* cmd = app.add_subcommand("serve", "Serve OpenAI /v1/completions and llama.cpp /infill");
+  cmd->add_option("model", a->model, "HF folder or .gguf file")->required();
+  cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", a->server.port, "Port (0 = any free one)")->capture_default_str();
+  cmd->add_option("-t,--threads", a->threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "K/V cache memory in MiB")
+      ->capture_default_str();
+  cmd->add_option("--infill-mode", a->infill_mode, "psm, spm, efim or auto")
+      ->capture_default_str();
+  cmd->add_option("--api-key", a->server.api_key, "Require Authorization: Bearer KEY");
+  cmd->callback([a] { run_serve(*a); });
+}
+
+}  // namespace efim::app

@@ -1,0 +1,163 @@
+// POST /v1/completions (OpenAI): plain completion of `prompt`, or an infill when `suffix` is
+// given (planned with the server's infill mode), streamed as SSE or answered at once.
+#include <atomic>
+#include <ctime>
+
+#include "base/error.h"
+#include "server/server_impl.h"
+
+namespace efim {
+namespace {
+
+using http::json;
+
+struct CompletionJob {
+  Request request;
+  std::optional<std::string> suffix;
+  std::vector<std::string> stops;
+  bool stream = false;
+};
+
+std::vector<std::string> parse_stops(const json& body) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return {};
+  if (it->is_string()) return {it->get<std::string>()};
+  EFIM_CHECK(it->is_array(), "field 'stop' must be a string or a list of strings, got ",
+             it->type_name());
+  std::vector<std::string> out;
+  for (const json& s : *it) {
+    EFIM_CHECK(s.is_string(), "field 'stop' must hold strings only, got ", s.type_name());
+    out.push_back(s.get<std::string>());
+  }
+  return out;
+}
+
+std::vector<int32_t> completion_prompt(Server::Impl& s, const std::string& prompt,
+                                       const std::optional<std::string>& suffix,
+                                       int32_t max_tokens) {
+  if (!suffix) {
+    EncodeOptions eo;
+    eo.add_bos = s.tok.add_bos_default();
+    return s.tok.encode(prompt, eo);
+  }
+  InfillRequest ir;
+  ir.prefix = prompt;
+  ir.suffix = *suffix;
+  ir.max_prompt_tokens = size_t(s.n_ctx - max_tokens);
+  return s.plan_infill(ir).prompt.tokens;
+}
+
+CompletionJob parse_completion(Server::Impl& s, const json& body) {
+  CompletionJob job;
+  http::get_string(body, "model");  // type-checked; one model is served
+  auto prompt = http::get_string(body, "prompt");
+  EFIM_CHECK(prompt, "field 'prompt' (a string) is required");
+  EFIM_CHECK(!prompt->empty(), "field 'prompt' is empty");
+  job.suffix = http::get_string(body, "suffix");
+  job.request.max_tokens =
+      int32_t(http::get_int(body, "max_tokens", 1, s.n_ctx - 1).value_or(16));
+  job.request.sampling = parse_sampling(body, s.tok.vocab_size());
+  job.request.ignore_eos = http::get_bool(body, "ignore_eos").value_or(false);
+  job.stream = http::get_bool(body, "stream").value_or(false);
+  job.stops = parse_stops(body);
+  job.request.prompt = completion_prompt(s, *prompt, job.suffix, job.request.max_tokens);
+  const int64_t n = int64_t(job.request.prompt.size());
+  EFIM_CHECK(n + job.request.max_tokens <= s.n_ctx, "prompt of ", n, " tokens + max_tokens ",
+             job.request.max_tokens, " exceed the model context of ", s.n_ctx, " tokens");
+  if (job.suffix) job.request.stop_tokens = s.infill_stops;
+  return job;
+}
+
+std::string new_id() {
+  static std::atomic<int64_t> next{1};
+  return str("cmpl-", std::time(nullptr), "-", next++);
+}
+
+json base_response(const Server::Impl& s, const std::string& id) {
+  return {{"id", id}, {"object", "text_completion"}, {"created", int64_t(std::time(nullptr))},
+          {"model", s.opt.model_id}};
+}
+
+json usage(const RequestResult& r, size_t prompt_tokens) {
+  const size_t n = r.tokens.size();
+  return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", n},
+          {"total_tokens", prompt_tokens + n},
+          {"prompt_tokens_details", {{"cached_tokens", r.n_cached}}}};
+}
+
+json choice(const std::string& text, const json& finish) {
+  return json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr},
+                       {"finish_reason", finish}}});
+}
+
+void respond_stream(Server::Impl& s, CompletionJob job, httplib::Response& res) {
+  const size_t n_prompt = job.request.prompt.size();
+  auto stream = s.engine.submit(std::move(job.request));
+  auto filter = std::make_shared<TextFilter>(job.suffix, std::move(job.stops));
+  const std::string id = new_id();
+  Engine& engine = s.engine;
+  auto provider = [&s, stream, filter, id, n_prompt](size_t, httplib::DataSink& sink) {
+    auto send = [&](const json& j) {
+      std::string ev = "data: " + http::dump(j) + "\n\n";
+      return sink.write(ev.data(), ev.size());
+    };
+    DriveOptions d;
+    d.emit = [&](const std::string& text) {
+      json j = base_response(s, id);
+      j["choices"] = choice(text, nullptr);
+      return send(j);
+    };
+    DriveOutcome o = drive(s.engine, *stream, *filter, d);
+    if (o.client_gone) return false;
+    json last = base_response(s, id);
+    last["choices"] = choice("", finish_reason(o));
+    last["usage"] = usage(o.result, n_prompt);
+    if (o.result.finish == FinishReason::error) last["error"] = {{"message", o.result.error}};
+    send(last);
+    const std::string done = "data: [DONE]\n\n";
+    sink.write(done.data(), done.size());
+    sink.done();
+    return true;
+  };
+  // The releaser also runs when the client left before the provider started.
+  res.set_chunked_content_provider("text/event-stream", provider,
+                                   [&engine, stream](bool) { engine.cancel(stream->id()); });
+}
+
+void respond_once(Server::Impl& s, CompletionJob job, httplib::Response& res) {
+  const size_t n_prompt = job.request.prompt.size();
+  auto stream = s.engine.submit(std::move(job.request));
+  TextFilter filter(job.suffix, std::move(job.stops));
+  std::string text;
+  DriveOptions d;
+  d.emit = [&](const std::string& piece) {
+    text += piece;
+    return true;
+  };
+  DriveOutcome o = drive(s.engine, *stream, filter, d);
+  if (o.result.finish == FinishReason::error) {
+    res.status = 500;
+    res.set_content(http::error_body(o.result.error, "server_error"), "application/json");
+    return;
+  }
+  json j = base_response(s, new_id());
+  j["choices"] = choice(text, finish_reason(o));
+  j["usage"] = usage(o.result, n_prompt);
+  res.set_content(http::dump(j), "application/json");
+}
+
+}  // namespace
+
+void add_completion_routes(Server::Impl& s) {
+  s.http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      CompletionJob job = parse_completion(s, http::parse_body(req.body));
+      if (job.stream)
+        respond_stream(s, std::move(job), res);
+      else
+        respond_once(s, std::move(job), res);
+    });
+  });
+}
+
+}  // namespace efim

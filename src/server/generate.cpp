@@ -1,0 +1,101 @@
+// The generation driver shared by the routes: stream -> filters -> client, with cancellation.
+#include <algorithm>
+#include <chrono>
+
+#include "server/server_impl.h"
+
+namespace efim {
+
+TextFilter::TextFilter(std::optional<std::string_view> infill_suffix,
+                       std::vector<std::string> stops) {
+  if (infill_suffix) guard_.emplace(*infill_suffix);
+  for (auto& s : stops)
+    if (!s.empty()) stops_.push_back(std::move(s));
+  for (const auto& s : stops_) hold_ = std::max(hold_, s.size() - 1);
+}
+
+TextFilter::Step TextFilter::cut_stops(std::string piece) {
+  held_ += piece;
+  size_t cut = std::string::npos;
+  for (const auto& s : stops_) cut = std::min(cut, held_.find(s));
+  Step out;
+  if (cut != std::string::npos) {
+    out.text = held_.substr(0, cut);
+    out.stop = true;
+    held_.clear();
+    stopped_ = true;
+    return out;
+  }
+  // Keep the tail a stop string could still start in; never split a UTF-8 character.
+  size_t safe = held_.size() > hold_ ? held_.size() - hold_ : 0;
+  while (safe > 0 && safe < held_.size() && (uint8_t(held_[safe]) & 0xC0) == 0x80) --safe;
+  out.text = held_.substr(0, safe);
+  held_.erase(0, safe);
+  return out;
+}
+
+TextFilter::Step TextFilter::push(std::string_view piece) {
+  if (stopped_) return {};
+  if (!guard_) return cut_stops(std::string(piece));
+  SuffixRepeatGuard::Step g = guard_->push(piece);
+  Step out = cut_stops(std::move(g.text));
+  if (g.stop && !out.stop) {
+    out.text += held_;  // the guard cut the text; no stop string can complete any more
+    held_.clear();
+    out.stop = stopped_ = true;
+  }
+  return out;
+}
+
+std::string TextFilter::finish() {
+  if (stopped_) return {};
+  std::string tail = guard_ ? guard_->finish() : std::string();
+  Step s = cut_stops(std::move(tail));
+  if (!s.stop) s.text += held_;
+  held_.clear();
+  stopped_ = true;
+  return s.text;
+}
+
+DriveOutcome drive(Engine& engine, RequestStream& stream, TextFilter& filter,
+                   const DriveOptions& opts) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  DriveOutcome o;
+  size_t n_tokens = 0;
+  for (;;) {
+    StreamChunk c = stream.next();
+    if (c.empty()) break;
+    n_tokens += c.tokens.size();
+    TextFilter::Step s = filter.push(c.text);
+    if (!s.text.empty() && !opts.emit(s.text)) {
+      o.client_gone = true;
+      break;
+    }
+    if (s.stop) {
+      o.text_stop = true;
+      break;
+    }
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    if (opts.time_limit_ms > 0 && n_tokens > 0 && ms.count() >= opts.time_limit_ms) {
+      o.time_stop = true;
+      break;
+    }
+  }
+  // A no-op when the request already ended on its own.
+  if (o.client_gone || o.text_stop || o.time_stop) engine.cancel(stream.id());
+  o.result = stream.wait();
+  if (!o.client_gone) {
+    std::string tail = filter.finish();
+    if (!tail.empty() && !opts.emit(tail)) o.client_gone = true;
+  }
+  return o;
+}
+
+const char* finish_reason(const DriveOutcome& o) {
+  if (o.text_stop) return "stop";
+  if (o.time_stop) return "length";
+  return o.result.finish == FinishReason::stop ? "stop" : "length";
+}
+
+}  // namespace efim

@@ -1,0 +1,156 @@
+// POST /infill, llama.cpp-compatible (the request llama.vim sends): the prompt is planned by
+// the InfillPlanner (PSM / SPM / EFIM by the server's mode), stops on the infill stop tokens
+// and cuts a completion that starts repeating the suffix.
+#include "base/error.h"
+#include "server/server_impl.h"
+
+namespace efim {
+namespace {
+
+using http::json;
+
+struct InfillJob {
+  std::string prefix, suffix, prompt;
+  std::vector<ExtraChunk> extra;
+  int64_t n_predict = -1;  // -1: until a stop token or the context ends
+  int64_t time_limit_ms = 0;
+  bool stream = false;
+  SamplingParams sampling;
+};
+
+std::vector<ExtraChunk> parse_extra(const json& body) {
+  auto it = body.find("input_extra");
+  if (it == body.end() || it->is_null()) return {};
+  EFIM_CHECK(it->is_array(), "field 'input_extra' must be a list, got ", it->type_name());
+  std::vector<ExtraChunk> out;
+  for (const json& c : *it) {
+    EFIM_CHECK(c.is_object(), "field 'input_extra' must hold objects, got ", c.type_name());
+    ExtraChunk e;
+    e.filename = http::get_string(c, "filename").value_or("");
+    e.text = http::get_string(c, "text").value_or("");
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+InfillJob parse_infill(const Server::Impl& s, const json& body) {
+  InfillJob job;
+  job.prefix = http::get_string(body, "input_prefix").value_or("");
+  job.suffix = http::get_string(body, "input_suffix").value_or("");
+  job.prompt = http::get_string(body, "prompt").value_or("");
+  job.extra = parse_extra(body);
+  job.n_predict = http::get_int(body, "n_predict", -1, s.n_ctx - 1).value_or(-1);
+  job.time_limit_ms = http::get_int(body, "t_max_predict_ms", 0, INT64_MAX).value_or(0);
+  job.stream = http::get_bool(body, "stream").value_or(false);
+  http::get_bool(body, "cache_prompt");  // type-checked; the prefix cache is always on
+  job.sampling = parse_sampling(body, s.tok.vocab_size());
+  return job;
+}
+
+struct Planned {
+  Request request;
+  bool truncated = false;
+  bool fill_only = false;  // n_predict 0: compute the prompt into the cache, send no text
+};
+
+Planned plan(Server::Impl& s, const InfillJob& job) {
+  // Without n_predict a quarter of the context stays free for the completion.
+  const int64_t reserve = job.n_predict > 0 ? job.n_predict : std::max<int64_t>(1, s.n_ctx / 4);
+  InfillRequest ir;
+  ir.prefix = job.prefix;
+  ir.suffix = job.suffix;
+  ir.prompt = job.prompt;
+  ir.extra = job.extra;
+  ir.max_prompt_tokens = size_t(s.n_ctx - reserve);
+  InfillPlan p = s.plan_infill(ir);
+  Planned out;
+  out.truncated = p.prompt.truncated;
+  out.request.prompt = std::move(p.prompt.tokens);
+  const int64_t room = s.n_ctx - int64_t(out.request.prompt.size());
+  EFIM_CHECK(room >= 1, "infill prompt of ", out.request.prompt.size(),
+             " tokens leaves no room in the context of ", s.n_ctx);
+  out.fill_only = job.n_predict == 0;
+  // n_predict 0 still samples one token (the engine needs max_tokens > 0); it is not sent.
+  const int64_t n = job.n_predict > 0 ? std::min(job.n_predict, room) : out.fill_only ? 1 : room;
+  out.request.max_tokens = int32_t(n);
+  out.request.sampling = job.sampling;
+  out.request.stop_tokens = s.infill_stops;
+  return out;
+}
+
+json timings(const RequestResult& r, size_t n_prompt) {
+  const double prompt_ms = r.timings.first_token_ms;
+  const double predicted_ms = std::max(0.0, r.timings.total_ms - r.timings.first_token_ms);
+  const size_t n = r.tokens.size();
+  return {{"prompt_n", n_prompt - size_t(r.n_cached)}, {"prompt_ms", prompt_ms},
+          {"predicted_n", n}, {"predicted_ms", predicted_ms},
+          {"predicted_per_second", predicted_ms > 0 ? 1000.0 * n / predicted_ms : 0.0}};
+}
+
+json final_body(const std::string& content, const DriveOutcome& o, const Planned& p) {
+  const size_t n_prompt = p.request.prompt.size();
+  json j = {{"content", content}, {"tokens_cached", o.result.n_cached},
+            {"tokens_evaluated", n_prompt}, {"truncated", p.truncated}, {"stop", true},
+            {"stop_type", finish_reason(o)}, {"timings", timings(o.result, n_prompt)}};
+  if (o.result.finish == FinishReason::error) j["error"] = {{"message", o.result.error}};
+  return j;
+}
+
+void respond_stream(Server::Impl& s, const InfillJob& job, Planned p, httplib::Response& res) {
+  auto stream = s.engine.submit(p.request);
+  auto filter = std::make_shared<TextFilter>(job.suffix, std::vector<std::string>{});
+  auto planned = std::make_shared<Planned>(std::move(p));
+  const int64_t limit = job.time_limit_ms;
+  auto provider = [&s, stream, filter, planned, limit](size_t, httplib::DataSink& sink) {
+    auto send = [&](const json& j) {
+      std::string ev = "data: " + http::dump(j) + "\n\n";
+      return sink.write(ev.data(), ev.size());
+    };
+    DriveOptions d;
+    d.time_limit_ms = limit;
+    d.emit = [&](const std::string& text) {
+      return planned->fill_only || send(json{{"content", text}, {"stop", false}});
+    };
+    DriveOutcome o = drive(s.engine, *stream, *filter, d);
+    if (o.client_gone) return false;
+    send(final_body("", o, *planned));
+    sink.done();
+    return true;
+  };
+  Engine& engine = s.engine;
+  res.set_chunked_content_provider("text/event-stream", provider,
+                                   [&engine, stream](bool) { engine.cancel(stream->id()); });
+}
+
+void respond_once(Server::Impl& s, const InfillJob& job, const Planned& p,
+                  httplib::Response& res) {
+  auto stream = s.engine.submit(p.request);
+  TextFilter filter(job.suffix, {});
+  std::string content;
+  DriveOptions d;
+  d.time_limit_ms = job.time_limit_ms;
+  d.emit = [&](const std::string& piece) {
+    if (!p.fill_only) content += piece;
+    return true;
+  };
+  DriveOutcome o = drive(s.engine, *stream, filter, d);
+  if (o.result.finish == FinishReason::error) res.status = 500;
+  res.set_content(http::dump(final_body(content, o, p)), "application/json");
+}
+
+}  // namespace
+
+void add_infill_routes(Server::Impl& s) {
+  s.http.Post("/infill", [&s](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      InfillJob job = parse_infill(s, http::parse_body(req.body));
+      Planned p = plan(s, job);
+      if (job.stream)
+        respond_stream(s, job, std::move(p), res);
+      else
+        respond_once(s, job, p, res);
+    });
+  });
+}
+
+}  // namespace efim

@@ -1,0 +1,115 @@
+// Server lifecycle, authentication and the small routes (/health, /v1/models).
+#include "server/server.h"
+
+#include <algorithm>
+#include <ctime>
+
+#include "base/error.h"
+#include "server/server_impl.h"
+
+namespace efim {
+
+Server::Impl::Impl(Engine& e, const Tokenizer& t, int32_t ctx, const ServerOptions& o)
+    : engine(e), tok(t), n_ctx(ctx), opt(o) {
+  try {
+    layout = std::make_unique<FimLayout>(tok, make_format(tok));
+    planner = std::make_unique<InfillPlanner>(*layout, opt.planner);
+    infill_stops = infill_stop_tokens(tok, layout->format());
+  } catch (const Error& err) {
+    infill_error = str("this model cannot infill: ", err.what());
+  }
+}
+
+InfillPlan Server::Impl::plan_infill(InfillRequest req) {
+  EFIM_CHECK(planner, infill_error);
+  req.mode = opt.infill_mode;
+  std::lock_guard<std::mutex> lock(planner_mu);
+  return planner->plan(req);
+}
+
+void guarded(httplib::Response& res, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    res.status = 400;
+    res.set_content(http::error_body(e.what(), "invalid_request_error"), "application/json");
+  } catch (const std::exception& e) {
+    res.status = 500;
+    res.set_content(http::error_body(e.what(), "server_error"), "application/json");
+  }
+}
+
+SamplingParams parse_sampling(const http::json& body, int32_t vocab) {
+  SamplingParams p;
+  if (auto v = http::get_number(body, "temperature")) p.temperature = float(*v);
+  if (auto v = http::get_number(body, "top_p")) p.top_p = float(*v);
+  if (auto v = http::get_number(body, "min_p")) p.min_p = float(*v);
+  // llama.cpp clients send top_k up to (and beyond) the vocabulary; more than vocab is "off".
+  if (auto v = http::get_int(body, "top_k", 0, INT64_MAX))
+    p.top_k = int32_t(std::min<int64_t>(*v, vocab));
+  if (auto v = http::get_int(body, "seed", INT64_MIN, INT64_MAX)) p.seed = uint64_t(*v);
+  validate(p);
+  return p;
+}
+
+namespace {
+
+bool authorized(const Server::Impl& s, const httplib::Request& req) {
+  if (s.opt.api_key.empty() || req.path == "/health") return true;
+  return req.get_header_value("Authorization") == "Bearer " + s.opt.api_key;
+}
+
+void add_basic_routes(Server::Impl& s) {
+  s.http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    if (authorized(s, req)) return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 401;
+    res.set_content(http::error_body("invalid or missing API key (Authorization: Bearer KEY)",
+                                     "authentication_error"),
+                    "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  s.http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  s.http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
+    http::json m = {{"id", s.opt.model_id}, {"object", "model"},
+                    {"created", int64_t(std::time(nullptr))}, {"owned_by", "efim"}};
+    http::json list = {{"object", "list"}, {"data", http::json::array({m})}};
+    res.set_content(http::dump(list), "application/json");
+  });
+}
+
+}  // namespace
+
+Server::Server(Engine& engine, const Tokenizer& tokenizer, int32_t n_ctx,
+               const ServerOptions& opts)
+    : impl_(std::make_unique<Impl>(engine, tokenizer, n_ctx, opts)) {
+  impl_->http.set_payload_max_length(opts.max_body_bytes);
+  add_basic_routes(*impl_);
+  add_completion_routes(*impl_);
+  add_infill_routes(*impl_);
+}
+
+Server::~Server() { stop(); }
+
+int Server::bind() {
+  Impl& s = *impl_;
+  if (s.opt.port == 0) {
+    s.bound_port = s.http.bind_to_any_port(s.opt.host);
+    EFIM_CHECK(s.bound_port > 0, "cannot bind ", s.opt.host, " to any port");
+  } else {
+    EFIM_CHECK(s.http.bind_to_port(s.opt.host, s.opt.port), "cannot bind ", s.opt.host, ":",
+               s.opt.port);
+    s.bound_port = s.opt.port;
+  }
+  return s.bound_port;
+}
+
+void Server::listen() {
+  EFIM_CHECK(impl_->bound_port > 0, "Server::listen() before bind()");
+  impl_->http.listen_after_bind();
+}
+
+void Server::stop() { impl_->http.stop(); }
+
+}  // namespace efim

@@ -1,0 +1,49 @@
+// HTTP front of efim: OpenAI /v1/completions, llama.cpp-compatible /infill, /health and
+// /v1/models over cpp-httplib. Handler threads parse and validate JSON, plan prompts and read
+// RequestStreams; only the Engine's own thread touches the model (architecture rule 1).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "infill/planner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace efim {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8012;                     // 0: any free port (see Server::bind)
+  std::string api_key;                 // empty: no authentication
+  std::string model_id = "efim";       // reported by /v1/models and in responses
+  InfillMode infill_mode = InfillMode::automatic;
+  PlannerOptions planner = {};
+  size_t max_body_bytes = 16u << 20;  // larger request bodies get 413
+};
+
+class Server {
+ public:
+  // `engine` and `tokenizer` are borrowed and must outlive the server; n_ctx is the model's
+  // context length in tokens. Without FIM sentinels in the vocabulary, infill requests
+  // answer 400 and the other routes work.
+  Server(Engine& engine, const Tokenizer& tokenizer, int32_t n_ctx, const ServerOptions& opts);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listening socket; returns the port (the chosen one when options.port is 0).
+  // Throws Error when the address cannot be bound.
+  int bind();
+  // Serves until stop(); call after bind().
+  void listen();
+  // Any thread: makes listen() return.
+  void stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace efim

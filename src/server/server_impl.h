@@ -1,0 +1,93 @@
+// Internal to server/: the state the routes share and the generation driver that reads a
+// RequestStream through the text filters (suffix-repeat guard, stop strings).
+#pragma once
+
+#include <httplib.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "infill/layout.h"
+#include "infill/planner.h"
+#include "infill/stop.h"
+#include "server/http_json.h"
+#include "server/server.h"
+
+namespace efim {
+
+struct Server::Impl {
+  Engine& engine;
+  const Tokenizer& tok;
+  int32_t n_ctx;
+  ServerOptions opt;
+  // Absent when the vocabulary has no FIM sentinels (infill_error says why).
+  std::unique_ptr<FimLayout> layout;
+  std::unique_ptr<InfillPlanner> planner;  // not thread-safe: planner_mu
+  std::mutex planner_mu;
+  std::string infill_error;
+  std::vector<int32_t> infill_stops;
+  httplib::Server http;
+  int bound_port = -1;
+
+  Impl(Engine& e, const Tokenizer& t, int32_t ctx, const ServerOptions& o);
+  // Plans an infill prompt (thread-safe); throws Error without FIM support.
+  InfillPlan plan_infill(InfillRequest req);
+};
+
+// Text between the engine's chunks and the client: the suffix-repeat rule (infill) and stop
+// strings; both may end generation early.
+class TextFilter {
+ public:
+  TextFilter(std::optional<std::string_view> infill_suffix, std::vector<std::string> stops);
+  struct Step {
+    std::string text;   // safe to send now
+    bool stop = false;  // a stop string or a suffix repeat ended the text
+  };
+  Step push(std::string_view piece);
+  std::string finish();  // the held-back text at the end of generation
+
+ private:
+  Step cut_stops(std::string piece);
+  std::optional<SuffixRepeatGuard> guard_;
+  std::vector<std::string> stops_;
+  size_t hold_ = 0;  // bytes a stop string could still need: longest stop - 1
+  std::string held_;
+  bool stopped_ = false;
+};
+
+struct DriveOptions {
+  // Sends text to the client; false: the client is gone (the request is cancelled).
+  std::function<bool(const std::string&)> emit;
+  int64_t time_limit_ms = 0;  // > 0: stop once a token is out and this much time has passed
+};
+
+struct DriveOutcome {
+  RequestResult result;
+  bool text_stop = false;   // ended by the filter (stop string / suffix repeat)
+  bool time_stop = false;   // ended by time_limit_ms
+  bool client_gone = false;
+};
+
+// Reads the stream to its end through `filter`; cancels the engine request when the filter
+// stops, the time runs out or emit fails.
+DriveOutcome drive(Engine& engine, RequestStream& stream, TextFilter& filter,
+                   const DriveOptions& opts);
+
+// "stop" / "length" for OpenAI's finish_reason.
+const char* finish_reason(const DriveOutcome& o);
+
+SamplingParams parse_sampling(const http::json& body, int32_t vocab);
+
+void add_completion_routes(Server::Impl& s);
+void add_infill_routes(Server::Impl& s);
+
+// Runs a route body, mapping Error to 400 and anything else to 500 with the error body.
+void guarded(httplib::Response& res, const std::function<void()>& body);
+
+}  // namespace efim

@@ -1,0 +1,43 @@
+#!/bin/bash
+# `efim serve` as a process: tiny model + FIM tokenizer, --port 0, then HTTP checks with
+# python3's urllib (health, models, auth, a completion, an infill, a 400).
+set -euo pipefail
+EFIM="$1"
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+DIR="$(mktemp -d)"
+PID=""
+cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$DIR"; }
+trap cleanup EXIT
+/usr/bin/python3 "$SRC/scripts/make_tiny_model.py" "$DIR/m" --kind llama >/dev/null
+/usr/bin/python3 "$SRC/scripts/make_tiny_tokenizer.py" "$DIR/m/tokenizer.json" --vocab 300 >/dev/null
+"$EFIM" serve "$DIR/m" --port 0 --threads 1 --api-key k 2>"$DIR/log" &
+PID=$!
+for _ in $(seq 100); do grep -q 'serving' "$DIR/log" && break; sleep 0.1; done
+PORT="$(sed -n 's/.*http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$DIR/log")"
+[ -n "$PORT" ] || { echo "server did not start:"; cat "$DIR/log"; exit 1; }
+/usr/bin/python3 - "$PORT" <<'PY'
+import json, sys, urllib.request, urllib.error
+base = f"http://127.0.0.1:{sys.argv[1]}"
+def call(path, body=None, key="k"):
+    req = urllib.request.Request(base + path, data=None if body is None else body.encode())
+    if key: req.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r: return r.status, r.read().decode()
+    except urllib.error.HTTPError as e: return e.code, e.read().decode()
+s, b = call("/health", key=None); assert s == 200 and json.loads(b)["status"] == "ok", b
+s, b = call("/v1/models"); assert s == 200 and json.loads(b)["data"][0]["id"] == "m", b
+s, b = call("/v1/models", key="wrong"); assert s == 401, (s, b)
+s, b = call("/v1/completions", json.dumps({"prompt": "def", "max_tokens": 4, "ignore_eos": True}))
+j = json.loads(b); assert s == 200 and j["usage"]["completion_tokens"] == 4, b
+s, b = call("/infill", json.dumps({"input_prefix": "x = ", "input_suffix": "\n", "n_predict": 3}))
+j = json.loads(b); assert s == 200 and "content" in j and "tokens_cached" in j, b
+s, b = call("/v1/completions", "{bad")
+assert s == 400 and json.loads(b)["error"]["type"] == "invalid_request_error", b
+s, b = call("/health", key=None); assert s == 200, b
+print("serve smoke: http ok")
+PY
+kill -TERM "$PID"
+wait "$PID" || { echo "efim serve exited with status $? after SIGTERM"; cat "$DIR/log"; exit 1; }
+PID=""
+grep -q 'server stopped' "$DIR/log" || { echo "no clean stop:"; cat "$DIR/log"; exit 1; }
+echo "serve smoke: ok"
