@@ -1,6 +1,7 @@
 // Internal interface between the matmul dispatcher and its kernel variants.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -46,14 +47,32 @@ inline int64_t balanced_grain(int64_t units, int threads, int64_t min_grain = 1)
   return g < min_grain ? min_grain : g;
 }
 
-// Products smaller than this many multiply-adds run on the calling thread: waking the pool
-// costs ~15 us (measured, 2 threads), more than such a product takes on one core even when
-// its weights come from DRAM (128K bf16 weights = 256 KB, ~25 us at 10 GB/s per core).
+// Products smaller than this many multiply-adds run on the calling thread: waking a sleeping
+// pool costs ~15 us (measured, 2 threads), more than such a product takes on one core even when
+// its weights come from DRAM (128K bf16 weights = 256 KB, ~25 us at 10 GB/s per core). With the
+// spinning pool a hand-off is under 1 us, but 16K instead of 128K measured no decode gain.
 constexpr int64_t kSerialMacs = 128 * 1024;
 
 // balanced_grain, or all units in one chunk (run inline) when the whole product is small.
 inline int64_t grain_for(int64_t units, int64_t macs, int threads, int64_t min_grain = 1) {
   return macs < kSerialMacs ? units : balanced_grain(units, threads, min_grain);
+}
+
+// How a GEMM is cut into work items: panels of `nr` weight rows times blocks of m_block x rows
+// (a multiple of mr). With few panels m is split too, so every thread gets several items.
+// Item it covers panel it / m_blocks and x rows [(it % m_blocks) * m_block, +m_block).
+struct GemmSplit {
+  int64_t panels, m_blocks, m_block;
+  int64_t items() const { return panels * m_blocks; }
+};
+
+inline GemmSplit split_gemm(int64_t m, int64_t n, int mr, int nr, int threads) {
+  const int64_t panels = (n + nr - 1) / nr;
+  const int64_t want_items = 4 * static_cast<int64_t>(threads);
+  int64_t m_blocks = std::min((want_items + panels - 1) / panels, (m + mr - 1) / mr);
+  m_blocks = std::max<int64_t>(1, m_blocks);
+  const int64_t m_block = ((m + m_blocks - 1) / m_blocks + mr - 1) / mr * mr;
+  return GemmSplit{panels, (m + m_block - 1) / m_block, m_block};
 }
 
 }  // namespace efim::cpu::detail

@@ -251,14 +251,8 @@ void tile_rows(DType dt, TileArgs t, int64_t rows) {
 
 void gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y) {
   const int64_t m = a.m, n = w.rows;
-  const int64_t panels = (n + kNR - 1) / kNR;
-  // Split m too when there are few panels, so that every thread gets several work items.
-  const int64_t want_items = 4 * static_cast<int64_t>(pool.size());
-  int64_t m_blocks = std::min((want_items + panels - 1) / panels, (m + kMR - 1) / kMR);
-  m_blocks = std::max<int64_t>(1, m_blocks);
-  const int64_t m_block = ((m + m_blocks - 1) / m_blocks + kMR - 1) / kMR * kMR;
-  m_blocks = (m + m_block - 1) / m_block;
-  const int64_t items = panels * m_blocks;
+  const GemmSplit split = split_gemm(m, n, kMR, kNR, pool.size());
+  const int64_t m_blocks = split.m_blocks, m_block = split.m_block, items = split.items();
   pool.parallel_for(items, grain_for(items, m * n * a.k, pool.size()),
                     [&](int, int64_t it0, int64_t it1) {
                       static thread_local std::vector<uint8_t> quants;  // [nb][8][32]
