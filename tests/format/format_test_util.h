@@ -58,3 +58,13 @@ inline std::string random_bytes(size_t n, uint32_t seed) {
 }
 
 }  // namespace efim::test
+
+// EXPECT_ERROR(bytes, "part", ...): parsing `bytes` must fail with a message containing every
+// part. Each test file defines `std::string error_of(const std::string&)` ("" when it parses).
+#define EXPECT_ERROR(bytes, ...)                                          \
+  do {                                                                    \
+    std::string msg_ = error_of(bytes);                                   \
+    EXPECT_FALSE(msg_.empty()) << "parsed without error";                 \
+    for (const char* want_ : {__VA_ARGS__})                               \
+      EXPECT_NE(msg_.find(want_), std::string::npos) << "'" << want_ << "' not in: " << msg_; \
+  } while (0)

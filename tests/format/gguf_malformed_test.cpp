@@ -39,14 +39,6 @@ std::string error_of(const std::string& bytes) {
   return "";
 }
 
-#define EXPECT_ERROR(bytes, ...)                                          \
-  do {                                                                    \
-    std::string msg_ = error_of(bytes);                                   \
-    EXPECT_FALSE(msg_.empty()) << "parsed without error";                 \
-    for (const char* want_ : {__VA_ARGS__})                               \
-      EXPECT_NE(msg_.find(want_), std::string::npos) << "'" << want_ << "' not in: " << msg_; \
-  } while (0)
-
 Raw header(uint64_t n_tensors, uint64_t n_kv, uint32_t version = 3) {
   Raw r;
   r.b = "GGUF";

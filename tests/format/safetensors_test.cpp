@@ -172,14 +172,6 @@ std::string error_of(const std::string& bytes) {
   return "";
 }
 
-#define EXPECT_ERROR(bytes, ...)                                          \
-  do {                                                                    \
-    std::string msg_ = error_of(bytes);                                   \
-    EXPECT_FALSE(msg_.empty()) << "parsed without error";                 \
-    for (const char* want_ : {__VA_ARGS__})                               \
-      EXPECT_NE(msg_.find(want_), std::string::npos) << "'" << want_ << "' not in: " << msg_; \
-  } while (0)
-
 std::string one(const std::string& dtype, const std::string& shape, uint64_t b, uint64_t e) {
   return R"({"t": {"dtype": ")" + dtype + R"(", "shape": )" + shape + R"(, "data_offsets": [)" +
          std::to_string(b) + "," + std::to_string(e) + "]}}";
