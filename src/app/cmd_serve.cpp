@@ -22,6 +22,7 @@ struct ServeArgs {
   std::string infill_mode = "auto";
   int threads = 0;
   int64_t kv_cache_mb = 256;
+  bool no_prefix_cache = false;
   ServerOptions server;
 };
 
@@ -65,6 +66,8 @@ class StopOnSignal {
 
 void run_serve(ServeArgs& a) {
   EFIM_CHECK(a.kv_cache_mb > 0, "--kv-cache-mb must be positive, got ", a.kv_cache_mb);
+  EFIM_CHECK(a.server.max_concurrent_requests > 0, "--max-requests must be positive, got ",
+             a.server.max_concurrent_requests);
   EFIM_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535], got ",
              a.server.port);
   a.server.infill_mode = parse_mode(a.infill_mode);
@@ -73,12 +76,14 @@ void run_serve(ServeArgs& a) {
   LoadedModel m = load_model(a.model, a.threads);
   EngineOptions eo;
   eo.kv_cache_bytes = a.kv_cache_mb << 20;
+  eo.kv.prefix_cache = !a.no_prefix_cache;
   eo.tokenizer = &m.tokenizer;
   Engine engine(*m.model, eo);
   Server server(engine, m.tokenizer, int32_t(m.model->config().max_position), a.server);
   const int port = server.bind();
-  std::fprintf(stderr, "efim: serving %s on http://%s:%d (infill mode %s)\n",
-               a.server.model_id.c_str(), a.server.host.c_str(), port, a.infill_mode.c_str());
+  std::fprintf(stderr, "efim: serving %s on http://%s:%d (infill mode %s, prefix cache %s)\n",
+               a.server.model_id.c_str(), a.server.host.c_str(), port, a.infill_mode.c_str(),
+               a.no_prefix_cache ? "off" : "on");
   signals.start(server);
   server.listen();
   signals.stop();
@@ -99,6 +104,11 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--infill-mode", a->infill_mode, "psm, spm, efim or auto")
       ->capture_default_str();
   cmd->add_option("--api-key", a->server.api_key, "Require Authorization: Bearer KEY");
+  cmd->add_option("--max-requests", a->server.max_concurrent_requests,
+                  "Generation requests in flight at most; more get 503")
+      ->capture_default_str();
+  cmd->add_flag("--no-prefix-cache", a->no_prefix_cache,
+                "Compute every prompt in full (baseline for measuring prefix reuse)");
   cmd->callback([a] { run_serve(*a); });
 }
 

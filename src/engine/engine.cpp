@@ -81,9 +81,12 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
   return stream;
 }
 
-void Engine::cancel(RequestId id) {
-  post([this, id] {
-    if (live_.contains(id)) finish(id, FinishReason::cancelled);
+void Engine::cancel(RequestId id, FinishReason reason) {
+  EFIM_CHECK(reason == FinishReason::cancelled || reason == FinishReason::stop ||
+                 reason == FinishReason::length,
+             "Engine::cancel: reason must be cancelled, stop or length, got ", to_string(reason));
+  post([this, id, reason] {
+    if (live_.contains(id)) finish(id, reason);
   });
 }
 
@@ -112,6 +115,23 @@ KvStats Engine::kv_stats() {
   KvStats st;
   call([&] { st = kv_.stats(); });
   return st;
+}
+
+EngineMetrics Engine::metrics() {
+  EngineMetrics m;
+  call([&] {
+    m = metrics_;
+    m.n_running = static_cast<int32_t>(sched_.running().size());
+    m.n_waiting = static_cast<int32_t>(sched_.waiting().size());
+    m.kv = kv_.stats();
+  });
+  return m;
+}
+
+size_t Engine::cached_prefix(std::span<const int32_t> tokens) {
+  size_t n = 0;
+  call([&] { n = size_t(kv_.peek(tokens)); });
+  return n;
 }
 
 void Engine::clear_cache() {
@@ -157,11 +177,7 @@ void Engine::step() {
                int64_t(kv_.stats().total_blocks) * kv_.block_size(), " slots"));
   }
   for (SeqId id : plan.admitted) {
-    Live& l = live_.at(id);
-    if (sched_.n_preemptions(id) == 0) {
-      l.result.timings.queue_ms = ms_since(l.submitted);
-      l.result.n_cached = sched_.n_cached_at_admission(id);
-    }
+    if (sched_.n_preemptions(id) == 0) count_admission(id);
   }
   if (plan.empty()) return;
   std::vector<SampledToken> sampled;
@@ -180,10 +196,23 @@ void Engine::step() {
   if (opt_.on_step) opt_.on_step(plan);
 }
 
+// A request's first admission: its prompt was looked up in the prefix cache.
+void Engine::count_admission(SeqId id) {
+  Live& l = live_.at(id);
+  l.result.timings.queue_ms = ms_since(l.submitted);
+  l.result.n_cached = sched_.n_cached_at_admission(id);
+  const auto n_prompt = static_cast<int64_t>(l.request.prompt.size());
+  metrics_.prompt_tokens += n_prompt;
+  metrics_.prefix_query_tokens += n_prompt;
+  metrics_.prefix_hit_tokens += l.result.n_cached;
+}
+
 void Engine::on_token(SeqId id, int32_t token) {
   Live& l = live_.at(id);
+  ++metrics_.generation_tokens;
   if (l.result.tokens.empty() && l.result.stop_token < 0) {
     l.result.timings.first_token_ms = ms_since(l.submitted);
+    metrics_.ttft_seconds.observe(l.result.timings.first_token_ms / 1000.0);
   }
   const bool stop = std::find(l.request.stop_tokens.begin(), l.request.stop_tokens.end(),
                               token) != l.request.stop_tokens.end() ||
@@ -223,6 +252,13 @@ void Engine::finish(SeqId id, FinishReason reason, std::string error) {
   l.result.finish = reason;
   l.result.error = std::move(error);
   l.result.timings.total_ms = ms_since(l.submitted);
+  metrics_.e2e_seconds.observe(l.result.timings.total_ms / 1000.0);
+  switch (reason) {
+    case FinishReason::stop: ++metrics_.finished_stop; break;
+    case FinishReason::length: ++metrics_.finished_length; break;
+    case FinishReason::error: ++metrics_.finished_error; break;
+    default: ++metrics_.finished_abort; break;  // cancelled
+  }
   l.stream->finish(std::move(l.result));
   live_.erase(it);
 }

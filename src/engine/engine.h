@@ -12,10 +12,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
@@ -50,11 +52,16 @@ class Engine {
   // Any thread. Throws Error when the request is invalid (empty prompt, token outside the
   // vocabulary, max_tokens <= 0, prompt + max_tokens beyond the model's context, bad sampling).
   std::shared_ptr<RequestStream> submit(Request request);
-  // Any thread. Ends the request (if it still runs) before the next step.
-  void cancel(RequestId id);
+  // Any thread. Ends the request (if it still runs) before the next step, with `reason` as its
+  // finish: cancelled by default; a caller that ended it for a rule of its own (a stop string,
+  // a time limit) says stop or length, so the metrics count it as such.
+  void cancel(RequestId id, FinishReason reason = FinishReason::cancelled);
 
-  // Any thread; run on the engine thread between steps and wait for it.
+  // Any thread; run on the engine thread between steps and wait for it (up to one step).
   KvStats kv_stats();
+  EngineMetrics metrics();
+  // Leading tokens of `tokens` whose K/V the prefix cache holds (KvManager::peek, no cap).
+  size_t cached_prefix(std::span<const int32_t> tokens);
   void clear_cache();       // drops every unreferenced cached block
   void check_invariants();  // KvManager audit; throws Error on a violation
   int64_t steps();          // steps run so far
@@ -76,6 +83,7 @@ class Engine {
   void step();
   void on_token(SeqId id, int32_t token);
   void finish(SeqId id, FinishReason reason, std::string error = {});
+  void count_admission(SeqId id);
   bool is_eos(int32_t token) const;
 
   Model& model_;
@@ -87,6 +95,7 @@ class Engine {
   Runner runner_;
   std::unordered_map<SeqId, Live> live_;  // engine thread only
   int64_t steps_ = 0;                     // engine thread only
+  EngineMetrics metrics_;                 // engine thread only; gauges filled by metrics()
 
   std::atomic<RequestId> next_id_{1};
   std::mutex mu_;  // guards inbox_ and stop_

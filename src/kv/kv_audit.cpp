@@ -11,6 +11,8 @@ namespace efim {
 
 void KvManager::check_invariants() const {
   tree_.audit();
+  EFIM_CHECK(prefix_cache_ || tree_.n_nodes() == 0, "kv: the prefix cache is off but holds ",
+             tree_.n_nodes(), " rows");
   audit_blocks();
   audit_lru();
   audit_sequences();
@@ -94,7 +96,8 @@ void KvManager::audit_sequences() const {
       }
       if (!tree_.contains(b)) {  // only a copy-on-write row waits for the first commit
         const bool pending_copy = s.cow_src >= 0 && row == s.n_computed / B;
-        EFIM_CHECK(n_done == 0 || pending_copy, "kv: sequence ", id, " computed row ", row,
+        EFIM_CHECK(n_done == 0 || pending_copy || !prefix_cache_, "kv: sequence ", id,
+                   " computed row ", row,
                    " (block ", b, ") is not cached");
         continue;
       }

@@ -30,6 +30,7 @@ int32_t kv_blocks_for_budget(int64_t kv_cache_bytes, int64_t bytes_per_block) {
 
 KvManager::KvManager(const KvOptions& options)
     : block_size_(validated(options).block_size),
+      prefix_cache_(options.prefix_cache),
       pool_(options.n_blocks),
       tree_(options.n_blocks, options.block_size) {}
 
@@ -121,8 +122,9 @@ void KvManager::commit(SeqId id, int32_t n_computed) {
   }
   // From the row holding position s.n_computed on; a copy-on-write row enters the tree at the
   // first commit even when no token was added (its copied part is computed K/V as well).
+  // Without the prefix cache nothing enters the tree (so nothing is ever matched).
   const int32_t B = block_size_;
-  for (int32_t row = s.n_computed / B; row * B < n_computed; ++row) {
+  for (int32_t row = s.n_computed / B; prefix_cache_ && row * B < n_computed; ++row) {
     commit_row(s, row, std::min(n_computed - row * B, B));
   }
   s.n_computed = n_computed;

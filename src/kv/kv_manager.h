@@ -43,6 +43,8 @@
 //   release(id)                    -> finished/cancelled: blocks return, computed rows stay
 //       cached;
 //   clear()                        -> drop every unreferenced cached block.
+// With KvOptions.prefix_cache off the trie stays empty: commit() caches nothing, so match finds
+// nothing and unref() frees every block whose last reference goes.
 // Block tables can change at commit (dedup of full computed rows): rebuild slots every step.
 // Cost: match O(n_prompt + children of the divergence node); append/commit O(tokens in the
 // step); release O(rows + siblings of its last row); eviction O(1) per block (an exposed
@@ -65,6 +67,10 @@ namespace efim {
 struct KvOptions {
   int32_t n_blocks = 0;     // blocks in the pool (engine: kv_cache_bytes / bytes_per_block)
   int32_t block_size = 16;  // tokens (KV slots) per block
+  // false: no prefix cache (a baseline for measuring reuse). Nothing is matched and nothing is
+  // kept: every prompt is computed in full, a released block goes straight back to the free
+  // list. Queried prompt tokens are still counted (hits stay 0).
+  bool prefix_cache = true;
 };
 
 // Blocks that fit a memory budget; throws Error when not even one fits.
@@ -87,8 +93,10 @@ struct KvStats {
   int32_t free_blocks = 0;          // hold nothing
   int32_t cached_blocks = 0;        // unreferenced prefix-cache content, evictable
   int32_t used_blocks = 0;          // referenced by running sequences
-  int64_t prefix_query_tokens = 0;  // prompt tokens looked up (vllm:prefix_cache_queries_total)
-  int64_t prefix_hit_tokens = 0;    // of which cached (vllm:prefix_cache_hits_total)
+  // Every match_and_allocate, readmissions after preemption included (the engine's /metrics
+  // counters count first admissions only).
+  int64_t prefix_query_tokens = 0;  // prompt tokens looked up
+  int64_t prefix_hit_tokens = 0;    // of which cached
   // Fraction of blocks in use, as vllm:kv_cache_usage_perc (cached blocks count as free).
   double usage() const { return total_blocks ? double(used_blocks) / total_blocks : 0.0; }
 };
@@ -118,6 +126,7 @@ class KvManager {
   std::vector<int32_t> slots(SeqId id) const;
 
   int32_t block_size() const { return block_size_; }
+  bool prefix_cache() const { return prefix_cache_; }
   KvStats stats() const;
   int32_t ref_count(int32_t block) const { return pool_.ref(block); }
   bool is_cached(int32_t block) const { return tree_.contains(block); }  // holds cache content
@@ -151,6 +160,7 @@ class KvManager {
   void audit_lru() const;
 
   int32_t block_size_;
+  bool prefix_cache_;
   BlockPool pool_;
   PrefixTree tree_;
   std::unordered_map<SeqId, Sequence> seqs_;

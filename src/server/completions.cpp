@@ -32,35 +32,82 @@ std::vector<std::string> parse_stops(const json& body) {
   return out;
 }
 
-std::vector<int32_t> completion_prompt(Server::Impl& s, const std::string& prompt,
+// `prompt` is a string (tokenized here, with BOS when the model wants it) or a list of token ids
+// (OpenAI allows it) sent to the engine exactly as given: a client can build its own FIM
+// layout with sentinels. An infill (`suffix`) needs the string: the server plans its layout.
+struct PromptField {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+};
+
+PromptField parse_prompt(const json& body, int32_t vocab, bool infill) {
+  auto it = body.find("prompt");
+  EFIM_CHECK(it != body.end() && !it->is_null(),
+             "field 'prompt' (a string or a list of token ids) is required");
+  PromptField p;
+  if (it->is_string()) {
+    p.text = it->get<std::string>();
+    EFIM_CHECK(!p.text->empty(), "field 'prompt' is empty");
+    return p;
+  }
+  EFIM_CHECK(it->is_array(), "field 'prompt' must be a string or a list of token ids, got ",
+             it->type_name());
+  EFIM_CHECK(!infill, "field 'prompt' must be a string when 'suffix' is given (the server "
+             "builds the infill layout), got a list");
+  EFIM_CHECK(!it->empty(), "field 'prompt' is an empty list of token ids");
+  p.ids.reserve(it->size());
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    EFIM_CHECK(t.is_number_integer(), "field 'prompt': element ", i,
+               " must be an integer token id, got ", t.type_name());
+    const bool in_range = t.is_number_unsigned() ? t.get<uint64_t>() < uint64_t(vocab)
+                                                 : t.get<int64_t>() >= 0 &&
+                                                       t.get<int64_t>() < vocab;
+    EFIM_CHECK(in_range, "field 'prompt': token id ", t.dump(), " at ", i,
+               " is outside the vocabulary [0, ", vocab, ")");
+    p.ids.push_back(t.get<int32_t>());
+  }
+  return p;
+}
+
+std::vector<int32_t> completion_prompt(Server::Impl& s, PromptField prompt,
                                        const std::optional<std::string>& suffix,
                                        int32_t max_tokens) {
+  if (!prompt.text) return std::move(prompt.ids);
   if (!suffix) {
     EncodeOptions eo;
     eo.add_bos = s.tok.add_bos_default();
-    return s.tok.encode(prompt, eo);
+    return s.tok.encode(*prompt.text, eo);
   }
   InfillRequest ir;
-  ir.prefix = prompt;
+  ir.prefix = *prompt.text;
   ir.suffix = *suffix;
   ir.max_prompt_tokens = size_t(s.n_ctx - max_tokens);
   return s.plan_infill(ir).prompt.tokens;
 }
 
+// One model is served; llama.cpp clients leave `model` out, which is fine.
+void check_model(const Server::Impl& s, const json& body) {
+  const auto model = http::get_string(body, "model");
+  if (!model || model->empty() || *model == s.opt.model_id) return;
+  throw HttpError(404, str("model '", *model, "' not found; this server serves '",
+                           s.opt.model_id, "'"),
+                  "invalid_request_error", "model_not_found");
+}
+
 CompletionJob parse_completion(Server::Impl& s, const json& body) {
   CompletionJob job;
-  http::get_string(body, "model");  // type-checked; one model is served
-  auto prompt = http::get_string(body, "prompt");
-  EFIM_CHECK(prompt, "field 'prompt' (a string) is required");
-  EFIM_CHECK(!prompt->empty(), "field 'prompt' is empty");
+  check_model(s, body);
   job.suffix = http::get_string(body, "suffix");
+  PromptField prompt = parse_prompt(body, s.tok.vocab_size(), job.suffix.has_value());
   job.request.max_tokens =
       int32_t(http::get_int(body, "max_tokens", 1, s.n_ctx - 1).value_or(16));
   job.request.sampling = parse_sampling(body, s.tok.vocab_size());
   job.request.ignore_eos = http::get_bool(body, "ignore_eos").value_or(false);
   job.stream = http::get_bool(body, "stream").value_or(false);
   job.stops = parse_stops(body);
-  job.request.prompt = completion_prompt(s, *prompt, job.suffix, job.request.max_tokens);
+  job.request.prompt =
+      completion_prompt(s, std::move(prompt), job.suffix, job.request.max_tokens);
   const int64_t n = int64_t(job.request.prompt.size());
   EFIM_CHECK(n + job.request.max_tokens <= s.n_ctx, "prompt of ", n, " tokens + max_tokens ",
              job.request.max_tokens, " exceed the model context of ", s.n_ctx, " tokens");
@@ -90,13 +137,13 @@ json choice(const std::string& text, const json& finish) {
                        {"finish_reason", finish}}});
 }
 
-void respond_stream(Server::Impl& s, CompletionJob job, httplib::Response& res) {
+void respond_stream(Server::Impl& s, CompletionJob job, SlotPtr slot, httplib::Response& res) {
   const size_t n_prompt = job.request.prompt.size();
   auto stream = s.engine.submit(std::move(job.request));
   auto filter = std::make_shared<TextFilter>(job.suffix, std::move(job.stops));
   const std::string id = new_id();
   Engine& engine = s.engine;
-  auto provider = [&s, stream, filter, id, n_prompt](size_t, httplib::DataSink& sink) {
+  auto provider = [&s, stream, filter, id, n_prompt, slot](size_t, httplib::DataSink& sink) {
     auto send = [&](const json& j) {
       std::string ev = "data: " + http::dump(j) + "\n\n";
       return sink.write(ev.data(), ev.size());
@@ -108,6 +155,7 @@ void respond_stream(Server::Impl& s, CompletionJob job, httplib::Response& res) 
       return send(j);
     };
     DriveOutcome o = drive(s.engine, *stream, *filter, d);
+    slot->release();
     if (o.client_gone) return false;
     json last = base_response(s, id);
     last["choices"] = choice("", finish_reason(o));
@@ -120,8 +168,10 @@ void respond_stream(Server::Impl& s, CompletionJob job, httplib::Response& res) 
     return true;
   };
   // The releaser also runs when the client left before the provider started.
-  res.set_chunked_content_provider("text/event-stream", provider,
-                                   [&engine, stream](bool) { engine.cancel(stream->id()); });
+  res.set_chunked_content_provider("text/event-stream", provider, [&engine, stream, slot](bool) {
+    engine.cancel(stream->id());
+    slot->release();
+  });
 }
 
 void respond_once(Server::Impl& s, CompletionJob job, httplib::Response& res) {
@@ -151,9 +201,10 @@ void respond_once(Server::Impl& s, CompletionJob job, httplib::Response& res) {
 void add_completion_routes(Server::Impl& s) {
   s.http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
+      SlotPtr slot = s.admit();  // held until the response is complete
       CompletionJob job = parse_completion(s, http::parse_body(req.body));
       if (job.stream)
-        respond_stream(s, std::move(job), res);
+        respond_stream(s, std::move(job), std::move(slot), res);
       else
         respond_once(s, std::move(job), res);
     });

@@ -82,8 +82,11 @@ DriveOutcome drive(Engine& engine, RequestStream& stream, TextFilter& filter,
       break;
     }
   }
-  // A no-op when the request already ended on its own.
-  if (o.client_gone || o.text_stop || o.time_stop) engine.cancel(stream.id());
+  // A no-op when the request already ended on its own. A stop string ends it as a stop and a
+  // time limit as length, so the engine's metrics count them as the client sees them.
+  if (o.client_gone) engine.cancel(stream.id());
+  if (o.text_stop) engine.cancel(stream.id(), FinishReason::stop);
+  if (o.time_stop) engine.cancel(stream.id(), FinishReason::length);
   o.result = stream.wait();
   if (!o.client_gone) {
     std::string tail = filter.finish();

@@ -55,8 +55,10 @@ std::optional<int64_t> get_int(const json& j, const char* field, int64_t lo, int
   return x;
 }
 
-std::string error_body(const std::string& message, const std::string& type) {
-  json e = {{"error", {{"message", message}, {"type", type}, {"code", nullptr}}}};
+std::string error_body(const std::string& message, const std::string& type,
+                       const std::string& code) {
+  json c = code.empty() ? json(nullptr) : json(code);
+  json e = {{"error", {{"message", message}, {"type", type}, {"code", c}}}};
   return dump(e);
 }
 

@@ -22,8 +22,9 @@ std::optional<bool> get_bool(const json& j, const char* field);
 std::optional<double> get_number(const json& j, const char* field);
 std::optional<int64_t> get_int(const json& j, const char* field, int64_t lo, int64_t hi);
 
-// {"error": {"message", "type", "code": null}}
-std::string error_body(const std::string& message, const std::string& type);
+// {"error": {"message", "type", "code"}}; an empty code is written as null.
+std::string error_body(const std::string& message, const std::string& type,
+                       const std::string& code = {});
 
 // Serializes model text safely: invalid UTF-8 bytes become U+FFFD instead of throwing.
 std::string dump(const json& j);

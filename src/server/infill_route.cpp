@@ -42,7 +42,8 @@ InfillJob parse_infill(const Server::Impl& s, const json& body) {
   job.n_predict = http::get_int(body, "n_predict", -1, s.n_ctx - 1).value_or(-1);
   job.time_limit_ms = http::get_int(body, "t_max_predict_ms", 0, INT64_MAX).value_or(0);
   job.stream = http::get_bool(body, "stream").value_or(false);
-  http::get_bool(body, "cache_prompt");  // type-checked; the prefix cache is always on
+  // Type-checked only: the prefix cache is a server setting (efim serve --no-prefix-cache).
+  http::get_bool(body, "cache_prompt");
   job.sampling = parse_sampling(body, s.tok.vocab_size());
   return job;
 }
@@ -96,12 +97,13 @@ json final_body(const std::string& content, const DriveOutcome& o, const Planned
   return j;
 }
 
-void respond_stream(Server::Impl& s, const InfillJob& job, Planned p, httplib::Response& res) {
+void respond_stream(Server::Impl& s, const InfillJob& job, Planned p, SlotPtr slot,
+                    httplib::Response& res) {
   auto stream = s.engine.submit(p.request);
   auto filter = std::make_shared<TextFilter>(job.suffix, std::vector<std::string>{});
   auto planned = std::make_shared<Planned>(std::move(p));
   const int64_t limit = job.time_limit_ms;
-  auto provider = [&s, stream, filter, planned, limit](size_t, httplib::DataSink& sink) {
+  auto provider = [&s, stream, filter, planned, limit, slot](size_t, httplib::DataSink& sink) {
     auto send = [&](const json& j) {
       std::string ev = "data: " + http::dump(j) + "\n\n";
       return sink.write(ev.data(), ev.size());
@@ -112,14 +114,17 @@ void respond_stream(Server::Impl& s, const InfillJob& job, Planned p, httplib::R
       return planned->fill_only || send(json{{"content", text}, {"stop", false}});
     };
     DriveOutcome o = drive(s.engine, *stream, *filter, d);
+    slot->release();
     if (o.client_gone) return false;
     send(final_body("", o, *planned));
     sink.done();
     return true;
   };
   Engine& engine = s.engine;
-  res.set_chunked_content_provider("text/event-stream", provider,
-                                   [&engine, stream](bool) { engine.cancel(stream->id()); });
+  res.set_chunked_content_provider("text/event-stream", provider, [&engine, stream, slot](bool) {
+    engine.cancel(stream->id());
+    slot->release();
+  });
 }
 
 void respond_once(Server::Impl& s, const InfillJob& job, const Planned& p,
@@ -143,10 +148,11 @@ void respond_once(Server::Impl& s, const InfillJob& job, const Planned& p,
 void add_infill_routes(Server::Impl& s) {
   s.http.Post("/infill", [&s](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
+      SlotPtr slot = s.admit();  // held until the response is complete
       InfillJob job = parse_infill(s, http::parse_body(req.body));
       Planned p = plan(s, job);
       if (job.stream)
-        respond_stream(s, job, std::move(p), res);
+        respond_stream(s, job, std::move(p), std::move(slot), res);
       else
         respond_once(s, job, p, res);
     });

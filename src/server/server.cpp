@@ -2,6 +2,7 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <chrono>
 #include <ctime>
 
 #include "base/error.h"
@@ -20,16 +21,49 @@ Server::Impl::Impl(Engine& e, const Tokenizer& t, int32_t ctx, const ServerOptio
   }
 }
 
+// The planner asks the engine how much of an anchor is cached (auto mode re-anchors when its
+// suffix left the cache); each ask waits for the engine's current step to end.
 InfillPlan Server::Impl::plan_infill(InfillRequest req) {
   EFIM_CHECK(planner, infill_error);
   req.mode = opt.infill_mode;
   std::lock_guard<std::mutex> lock(planner_mu);
-  return planner->plan(req);
+  req.cached = [this](std::span<const int32_t> tokens) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t n = engine.cached_prefix(tokens);
+    infill_counts.cache_probe_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++infill_counts.cache_probes;
+    return n;
+  };
+  InfillPlan p = planner->plan(req);
+  ++infill_counts.plans.at(size_t(p.prompt.order)).at(size_t(p.reason));
+  return p;
+}
+
+InfillCounts Server::Impl::infill_snapshot() {
+  std::lock_guard<std::mutex> lock(planner_mu);
+  return infill_counts;
+}
+
+SlotPtr Server::Impl::admit() {
+  const int limit = opt.max_concurrent_requests;
+  const int before = in_flight.fetch_add(1);
+  if (before < limit) return std::make_shared<InFlightSlot>(in_flight);
+  in_flight.fetch_sub(1);
+  ++rejected_overload;
+  throw HttpError(503,
+                  str("server overloaded: ", before, " generation requests in flight, the limit is ",
+                      limit, " (efim serve --max-requests); retry later"),
+                  "server_overloaded", "overloaded", 1);
 }
 
 void guarded(httplib::Response& res, const std::function<void()>& body) {
   try {
     body();
+  } catch (const HttpError& e) {
+    res.status = e.status;
+    if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
+    res.set_content(http::error_body(e.what(), e.type, e.code), "application/json");
   } catch (const Error& e) {
     res.status = 400;
     res.set_content(http::error_body(e.what(), "invalid_request_error"), "application/json");
@@ -84,10 +118,14 @@ void add_basic_routes(Server::Impl& s) {
 Server::Server(Engine& engine, const Tokenizer& tokenizer, int32_t n_ctx,
                const ServerOptions& opts)
     : impl_(std::make_unique<Impl>(engine, tokenizer, n_ctx, opts)) {
+  EFIM_CHECK(opts.max_concurrent_requests > 0,
+             "ServerOptions.max_concurrent_requests must be positive, got ",
+             opts.max_concurrent_requests);
   impl_->http.set_payload_max_length(opts.max_body_bytes);
   add_basic_routes(*impl_);
   add_completion_routes(*impl_);
   add_infill_routes(*impl_);
+  add_metrics_routes(*impl_);
 }
 
 Server::~Server() { stop(); }

@@ -1,6 +1,9 @@
-// HTTP front of efim: OpenAI /v1/completions, llama.cpp-compatible /infill, /health and
-// /v1/models over cpp-httplib. Handler threads parse and validate JSON, plan prompts and read
-// RequestStreams; only the Engine's own thread touches the model (architecture rule 1).
+// HTTP front of efim: OpenAI /v1/completions, llama.cpp-compatible /infill, /health,
+// /v1/models and Prometheus /metrics over cpp-httplib. Handler threads parse and validate
+// JSON, plan prompts and read RequestStreams; only the Engine's own thread touches the model
+// (architecture rule 1).
+// Errors: 400 invalid input, 401 API key, 404 unknown model (code model_not_found), 503 more
+// than max_concurrent_requests generation requests in flight (code overloaded, Retry-After).
 #pragma once
 
 #include <memory>
@@ -20,6 +23,8 @@ struct ServerOptions {
   InfillMode infill_mode = InfillMode::automatic;
   PlannerOptions planner = {};
   size_t max_body_bytes = 16u << 20;  // larger request bodies get 413
+  // Generation requests (completions, infill) in flight at most; one more answers 503.
+  int max_concurrent_requests = 64;
 };
 
 class Server {

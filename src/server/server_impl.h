@@ -4,11 +4,14 @@
 
 #include <httplib.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,49 @@
 
 namespace efim {
 
+// An error answered with its own status (404, 503, ...) instead of guarded()'s 400.
+struct HttpError : std::runtime_error {
+  HttpError(int status, const std::string& message, std::string type, std::string code,
+            int retry_after_s = 0)
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        code(std::move(code)),
+        retry_after_s(retry_after_s) {}
+  int status;
+  std::string type, code;
+  int retry_after_s;  // > 0: sent as Retry-After
+};
+
+// One generation request's place under ServerOptions.max_concurrent_requests. The place is
+// given back once: by release() when the engine request has ended (before the last bytes go
+// out, so a client that saw the end can send the next request at once), or at destruction
+// (the request failed, or the client left before streaming began).
+class InFlightSlot {
+ public:
+  explicit InFlightSlot(std::atomic<int>& count) : count_(count) {}
+  ~InFlightSlot() { release(); }
+  InFlightSlot(const InFlightSlot&) = delete;
+  InFlightSlot& operator=(const InFlightSlot&) = delete;
+  void release() {
+    if (!released_.exchange(true)) count_.fetch_sub(1);
+  }
+
+ private:
+  std::atomic<int>& count_;
+  std::atomic<bool> released_{false};
+};
+using SlotPtr = std::shared_ptr<InFlightSlot>;
+
+// Infill plans by layout and reason (efim_infill_requests_total), and the time planning spent
+// asking the engine how much of an anchor is cached (each ask waits for the current step).
+struct InfillCounts {
+  static constexpr size_t kOrders = 3, kReasons = 6;  // FimOrder, InfillReason values
+  std::array<std::array<int64_t, kReasons>, kOrders> plans{};
+  int64_t cache_probes = 0;
+  double cache_probe_seconds = 0;
+};
+
 struct Server::Impl {
   Engine& engine;
   const Tokenizer& tok;
@@ -30,6 +76,9 @@ struct Server::Impl {
   std::unique_ptr<FimLayout> layout;
   std::unique_ptr<InfillPlanner> planner;  // not thread-safe: planner_mu
   std::mutex planner_mu;
+  InfillCounts infill_counts;  // planner_mu
+  std::atomic<int> in_flight{0};  // generation requests holding an InFlightSlot
+  std::atomic<int64_t> rejected_overload{0};
   std::string infill_error;
   std::vector<int32_t> infill_stops;
   httplib::Server http;
@@ -38,6 +87,9 @@ struct Server::Impl {
   Impl(Engine& e, const Tokenizer& t, int32_t ctx, const ServerOptions& o);
   // Plans an infill prompt (thread-safe); throws Error without FIM support.
   InfillPlan plan_infill(InfillRequest req);
+  InfillCounts infill_snapshot();
+  // A place for one more generation request; throws HttpError 503 when all are taken.
+  SlotPtr admit();
 };
 
 // Text between the engine's chunks and the client: the suffix-repeat rule (infill) and stop
@@ -86,8 +138,10 @@ SamplingParams parse_sampling(const http::json& body, int32_t vocab);
 
 void add_completion_routes(Server::Impl& s);
 void add_infill_routes(Server::Impl& s);
+void add_metrics_routes(Server::Impl& s);
 
-// Runs a route body, mapping Error to 400 and anything else to 500 with the error body.
+// Runs a route body, mapping HttpError to its status, Error to 400 and anything else to 500,
+// with the error body.
 void guarded(httplib::Response& res, const std::function<void()>& body);
 
 }  // namespace efim

@@ -8,6 +8,7 @@
 #include <memory>
 #include <future>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "../model/model_test_util.h"
@@ -232,6 +233,106 @@ TEST_F(EngineTest, PreemptionUnderATinyKvBudgetKeepsGreedyOutputs) {
   for (const RequestResult& r : res) preemptions += r.n_preemptions;
   EXPECT_GT(preemptions, 0);
   EXPECT_EQ(e.kv_stats().used_blocks, 0);
+  e.check_invariants();
+}
+
+// The metrics counters are exact: prompt lookups at first admission only (a preempted request
+// is not counted again), sampled tokens, finishes by reason, one TTFT and one latency each.
+TEST_F(EngineTest, MetricsCountAdmissionsTokensAndFinishes) {
+  EngineOptions o = options(512, 64, 4);
+  // Slow steps: a 100-token request outlives the cancel posted after its first token.
+  o.on_step = [](const StepPlan&) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
+  Engine e(*model_, o);
+  const std::vector<int32_t> p = prompt(10, 21);
+  const std::vector<int32_t> ref = reference(p, 12);
+  EXPECT_EQ(e.submit(greedy(p, 5))->wait().n_cached, 0);
+  EngineMetrics m = e.metrics();
+  EXPECT_EQ(m.prefix_query_tokens, 10);
+  EXPECT_EQ(m.prefix_hit_tokens, 0);
+  EXPECT_EQ(m.prompt_tokens, 10);
+  EXPECT_EQ(m.generation_tokens, 5);
+  EXPECT_EQ(m.finished_length, 1);
+  EXPECT_EQ(m.ttft_seconds.count, 1);
+  EXPECT_EQ(m.e2e_seconds.count, 1);
+  EXPECT_EQ(m.n_running + m.n_waiting, 0);
+  EXPECT_EQ(m.kv.used_blocks, 0);
+
+  // The cache holds the prompt and the 4 generated tokens that were fed back (no cap).
+  std::vector<int32_t> seq = p;
+  seq.insert(seq.end(), ref.begin(), ref.begin() + 5);
+  EXPECT_EQ(e.cached_prefix(seq), 14u);
+  EXPECT_EQ(e.cached_prefix(p), 10u);
+  EXPECT_EQ(e.cached_prefix(prompt(6, 22)), 0u);
+
+  Request stop = greedy(p, 12);  // ends on its 3rd sampled token
+  stop.stop_tokens = {ref[2]};
+  ASSERT_EQ(std::find(ref.begin(), ref.begin() + 2, ref[2]), ref.begin() + 2);
+  RequestResult rs = e.submit(stop)->wait();
+  EXPECT_EQ(rs.finish, FinishReason::stop);
+  EXPECT_EQ(rs.n_cached, 9);
+  m = e.metrics();
+  EXPECT_EQ(m.prefix_query_tokens, 20);
+  EXPECT_EQ(m.prefix_hit_tokens, 9);
+  EXPECT_EQ(m.generation_tokens, 5 + 3);  // the stop token was sampled too
+  EXPECT_EQ(m.finished_stop, 1);
+
+  // Cancels: the default counts as an abort, a reason is kept as given.
+  auto cancel_with = [&](std::optional<FinishReason> reason) {
+    auto s = e.submit(greedy(prompt(8, 23), 100));
+    EXPECT_FALSE(s->next().tokens.empty());
+    if (reason)
+      e.cancel(s->id(), *reason);
+    else
+      e.cancel(s->id());
+    return s->wait().finish;
+  };
+  EXPECT_EQ(cancel_with(std::nullopt), FinishReason::cancelled);
+  EXPECT_EQ(cancel_with(FinishReason::stop), FinishReason::stop);
+  EXPECT_EQ(cancel_with(FinishReason::length), FinishReason::length);
+  EXPECT_THROW(e.cancel(1, FinishReason::error), Error);
+  m = e.metrics();
+  EXPECT_EQ(m.finished_abort, 1);
+  EXPECT_EQ(m.finished_stop, 2);
+  EXPECT_EQ(m.finished_length, 2);
+  EXPECT_EQ(m.e2e_seconds.count, 5);
+  EXPECT_EQ(m.e2e_seconds.cumulative(m.e2e_seconds.upper.size()), 5);
+}
+
+TEST_F(EngineTest, PreemptedRequestsAreQueriedOnce) {
+  StartGate gate;
+  Engine e(*model_, gate.attach(options(512, 12, 4)));
+  std::vector<Request> reqs = {greedy(prompt(10, 13), 20), greedy(prompt(12, 14), 22),
+                               greedy(prompt(8, 15), 24), greedy(prompt(15, 16), 20)};
+  std::vector<RequestResult> res = run_batch(e, reqs, &gate);
+  int32_t preemptions = 0, hits = 0;
+  for (const RequestResult& r : res) {
+    preemptions += r.n_preemptions;
+    hits += r.n_cached;
+  }
+  ASSERT_GT(preemptions, 0);
+  const EngineMetrics m = e.metrics();
+  EXPECT_EQ(m.prefix_query_tokens, 3 + 10 + 12 + 8 + 15);  // the gate's opener has 3
+  EXPECT_EQ(m.prefix_hit_tokens, hits);
+  EXPECT_GT(m.kv.prefix_query_tokens, m.prefix_query_tokens);  // readmissions looked up again
+  EXPECT_EQ(m.finished_length, 5);
+}
+
+TEST_F(EngineTest, NoPrefixCacheRecomputesEveryPrompt) {
+  EngineOptions o = options(512, 64, 4);
+  o.kv.prefix_cache = false;
+  Engine e(*model_, o);
+  const std::vector<int32_t> p = prompt(13, 24);
+  RequestResult a = e.submit(greedy(p, 6))->wait();
+  RequestResult b = e.submit(greedy(p, 6))->wait();
+  EXPECT_EQ(a.n_cached, 0);
+  EXPECT_EQ(b.n_cached, 0);
+  EXPECT_EQ(b.tokens, reference(p, 6));
+  EXPECT_EQ(e.cached_prefix(p), 0u);
+  const EngineMetrics m = e.metrics();
+  EXPECT_EQ(m.prefix_query_tokens, 26);
+  EXPECT_EQ(m.prefix_hit_tokens, 0);
+  EXPECT_EQ(m.kv.cached_blocks, 0);
+  EXPECT_EQ(m.kv.free_blocks, 64);
   e.check_invariants();
 }
 

@@ -1,6 +1,7 @@
 #!/bin/bash
 # `efim serve` as a process: tiny model + FIM tokenizer, --port 0, then HTTP checks with
-# python3's urllib (health, models, auth, a completion, an infill, a 400).
+# python3's urllib (health, models, auth, a completion, an infill, a 400, /metrics), with
+# --no-prefix-cache and --max-requests.
 set -euo pipefail
 EFIM="$1"
 SRC="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -10,13 +11,17 @@ cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$DIR"; }
 trap cleanup EXIT
 /usr/bin/python3 "$SRC/scripts/make_tiny_model.py" "$DIR/m" --kind llama >/dev/null
 /usr/bin/python3 "$SRC/scripts/make_tiny_tokenizer.py" "$DIR/m/tokenizer.json" --vocab 300 >/dev/null
-"$EFIM" serve "$DIR/m" --port 0 --threads 1 --api-key k 2>"$DIR/log" &
+if "$EFIM" serve "$DIR/m" --max-requests 0 2>"$DIR/bad"; then echo "--max-requests 0 accepted"; exit 1; fi
+grep -q -- '--max-requests must be positive, got 0' "$DIR/bad" || { cat "$DIR/bad"; exit 1; }
+"$EFIM" serve "$DIR/m" --port 0 --threads 1 --api-key k --max-requests 8 --no-prefix-cache \
+  2>"$DIR/log" &
 PID=$!
 for _ in $(seq 100); do grep -q 'serving' "$DIR/log" && break; sleep 0.1; done
+grep -q 'prefix cache off' "$DIR/log" || { echo "no prefix-cache note:"; cat "$DIR/log"; exit 1; }
 PORT="$(sed -n 's/.*http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$DIR/log")"
 [ -n "$PORT" ] || { echo "server did not start:"; cat "$DIR/log"; exit 1; }
 /usr/bin/python3 - "$PORT" <<'PY'
-import json, sys, urllib.request, urllib.error
+import json, re, sys, urllib.request, urllib.error
 base = f"http://127.0.0.1:{sys.argv[1]}"
 def call(path, body=None, key="k"):
     req = urllib.request.Request(base + path, data=None if body is None else body.encode())
@@ -31,6 +36,15 @@ s, b = call("/v1/completions", json.dumps({"prompt": "def", "max_tokens": 4, "ig
 j = json.loads(b); assert s == 200 and j["usage"]["completion_tokens"] == 4, b
 s, b = call("/infill", json.dumps({"input_prefix": "x = ", "input_suffix": "\n", "n_predict": 3}))
 j = json.loads(b); assert s == 200 and "content" in j and "tokens_cached" in j, b
+s, b = call("/v1/completions", json.dumps({"prompt": "def", "max_tokens": 4, "ignore_eos": True}))
+j = json.loads(b); assert s == 200 and j["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, b
+s, b = call("/v1/completions", json.dumps({"model": "other", "prompt": [5, 6], "max_tokens": 1}))
+assert s == 404 and json.loads(b)["error"]["code"] == "model_not_found", b
+s, b = call("/metrics"); assert s == 200, b
+assert 'vllm:prefix_cache_hits_total{model_name="m"} 0\n' in b, b
+done = {r: int(re.search(r'finished_reason="%s"} (\d+)\n' % r, b).group(1))
+        for r in ("stop", "length", "abort")}
+assert done["stop"] + done["length"] == 3 and done["length"] >= 2 and done["abort"] == 0, done
 s, b = call("/v1/completions", "{bad")
 assert s == 400 and json.loads(b)["error"]["type"] == "invalid_request_error", b
 s, b = call("/health", key=None); assert s == 200, b

@@ -1,103 +1,17 @@
-// The HTTP server end to end: a tiny random Llama (scripts/make_tiny_model.py) with a tiny
-// FIM tokenizer (scripts/make_tiny_tokenizer.py), served in-process on a free port and talked
-// to with httplib::Client.
-#include "server/server.h"
-
+// The HTTP server end to end (see server_test_util.h): the routes, streaming, infill planning,
+// validation, cancellation, time limits and API keys.
 #include <gtest/gtest.h>
-#include <httplib.h>
 
-#include <nlohmann/json.hpp>
-#include <thread>
-
-#include "../model/model_test_util.h"
 #include "infill/layout.h"
-#include "infill/planner.h"
+#include "server_test_util.h"
 
 namespace efim {
 namespace {
 
-using nlohmann::json;
-
-struct Running {  // one model + engine + server; the server listens on its own thread
-  // step_delay_ms > 0 slows every engine step, so a request outlives a client action.
-  Running(const std::string& dir, InfillMode mode, const std::string& api_key = "",
-          int step_delay_ms = 0) {
-    LoadOptions lo;
-    lo.n_threads = 1;
-    model = Model::load(dir, lo);
-    tok = std::make_unique<Tokenizer>(Tokenizer::from_json_file(dir + "/tokenizer.json"));
-    EngineOptions eo;
-    eo.tokenizer = tok.get();
-    eo.kv.block_size = 2;  // fine-grained prefix reuse, so cached counts are near exact
-    eo.kv.n_blocks = 256;
-    if (step_delay_ms > 0)
-      eo.on_step = [step_delay_ms](const StepPlan&) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
-      };
-    engine = std::make_unique<Engine>(*model, eo);
-    ServerOptions so;
-    so.port = 0;
-    so.infill_mode = mode;
-    so.api_key = api_key;
-    so.model_id = "tiny";
-    server = std::make_unique<Server>(*engine, *tok, int32_t(model->config().max_position), so);
-    port = server->bind();
-    thread = std::thread([this] { server->listen(); });
-  }
-  ~Running() {
-    server->stop();
-    thread.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Server> server;
-  int port = 0;
-  std::thread thread;
-};
-
-class ServerTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    test::require_numpy();
-    test::make_tiny_model(dir_->path(), "llama", "f32");
-    ASSERT_TRUE(test::run_command(test::kPython + " " +
-                                  test::source_path("scripts/make_tiny_tokenizer.py") + " " +
-                                  (*dir_ / "tokenizer.json") + " --vocab 300"));
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static test::TempDir* dir_;
-};
-test::TempDir* ServerTest::dir_ = nullptr;
-
-json post(httplib::Client& c, const std::string& path, const json& body, int expect = 200) {
-  auto r = c.Post(path.c_str(), body.dump(), "application/json");
-  EXPECT_TRUE(r) << path;
-  if (!r) return {};
-  EXPECT_EQ(r->status, expect) << r->body;
-  return json::parse(r->body);
-}
-
-// SSE events "data: ...\n\n" of a streamed response, in order.
-std::vector<std::string> sse_events(const std::string& body) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while ((pos = body.find("data: ", pos)) != std::string::npos) {
-    size_t end = body.find("\n\n", pos);
-    out.push_back(body.substr(pos + 6, end - pos - 6));
-    pos = end;
-  }
-  return out;
-}
+using namespace servertest;
 
 TEST_F(ServerTest, HealthAndModels) {
-  Running s(dir_->path(), InfillMode::automatic);
+  Running s(dir_->path());
   auto c = s.client();
   auto h = c.Get("/health");
   ASSERT_TRUE(h);
@@ -110,7 +24,7 @@ TEST_F(ServerTest, HealthAndModels) {
 }
 
 TEST_F(ServerTest, CompletionStreamMatchesNonStream) {
-  Running s(dir_->path(), InfillMode::automatic);
+  Running s(dir_->path());
   auto c = s.client();
   json req = {{"prompt", "def fib(n):"}, {"max_tokens", 12}, {"temperature", 0},
               {"ignore_eos", true}};
@@ -152,7 +66,7 @@ TEST_F(ServerTest, CompletionStreamMatchesNonStream) {
 // Round 2 types more text after round 1's prefix, same suffix. auto mode reuses round 1's
 // whole prompt (EFIM); psm mode can reuse at most round 1's prefix tokens.
 void infill_rounds(const std::string& dir, InfillMode mode, bool expect_reuse) {
-  Running s(dir, mode);
+  Running s(dir, {.mode = mode});
   auto c = s.client();
   const std::string p1 = "def add(a, b):\n", p2 = p1 + "    return a";
   const std::string suffix = "\n\nprint(add(1, 2))\n";
@@ -191,7 +105,7 @@ TEST_F(ServerTest, InfillPsmReusesOnlyPrefix) {
 }
 
 TEST_F(ServerTest, InfillStreamAndFillOnly) {
-  Running s(dir_->path(), InfillMode::automatic);
+  Running s(dir_->path());
   auto c = s.client();
   json req = {{"input_prefix", "x = "}, {"input_suffix", "\n"}, {"n_predict", 0}};
   json fill = post(c, "/infill", req);
@@ -208,7 +122,7 @@ TEST_F(ServerTest, InfillStreamAndFillOnly) {
 }
 
 TEST_F(ServerTest, BadInputGets400AndServerKeepsServing) {
-  Running s(dir_->path(), InfillMode::automatic);
+  Running s(dir_->path());
   auto c = s.client();
   const std::vector<std::string> bad = {
       "{not json",
@@ -253,7 +167,7 @@ TEST_F(ServerTest, BadInputGets400AndServerKeepsServing) {
 
 // Concurrent requests are batched by the engine; greedy output must not depend on it.
 TEST_F(ServerTest, ConcurrentCompletionsMatchSequential) {
-  Running s(dir_->path(), InfillMode::automatic);
+  Running s(dir_->path());
   const std::vector<std::string> prompts = {"def a():", "class B:", "import os\n", "x = [1,"};
   auto body = [](const std::string& p) {
     return json{{"prompt", p}, {"max_tokens", 10}, {"ignore_eos", true}};
@@ -277,7 +191,7 @@ TEST_F(ServerTest, ConcurrentCompletionsMatchSequential) {
 }
 
 TEST_F(ServerTest, StreamedStopString) {
-  Running s(dir_->path(), InfillMode::automatic);
+  Running s(dir_->path());
   auto c = s.client();
   json req = {{"prompt", "abc"}, {"max_tokens", 20}, {"ignore_eos", true}};
   const std::string text = post(c, "/v1/completions", req)["choices"][0]["text"];
@@ -302,7 +216,7 @@ TEST_F(ServerTest, StreamedStopString) {
 // A client that goes away mid-stream cancels its request: the engine stops stepping long
 // before max_tokens and every KV block is released.
 TEST_F(ServerTest, ClientDisconnectCancels) {
-  Running s(dir_->path(), InfillMode::automatic, "", 20);
+  Running s(dir_->path(), {.step_delay_ms = 20});
   auto c = s.client();
   json req = {{"prompt", "abc"}, {"max_tokens", 100}, {"ignore_eos", true}, {"stream", true}};
   int chunks = 0;
@@ -326,7 +240,7 @@ TEST_F(ServerTest, ClientDisconnectCancels) {
 }
 
 TEST_F(ServerTest, InfillTimeLimit) {
-  Running s(dir_->path(), InfillMode::automatic, "", 20);
+  Running s(dir_->path(), {.step_delay_ms = 20});
   auto c = s.client();
   json req = {{"input_prefix", "x = "}, {"input_suffix", "\n"}, {"n_predict", 60},
               {"t_max_predict_ms", 100}};
@@ -338,7 +252,7 @@ TEST_F(ServerTest, InfillTimeLimit) {
 }
 
 TEST_F(ServerTest, ApiKey) {
-  Running s(dir_->path(), InfillMode::automatic, "secret");
+  Running s(dir_->path(), {.api_key = "secret"});
   auto c = s.client();
   json req = {{"prompt", "a"}, {"max_tokens", 2}};
   auto r = c.Post("/v1/completions", req.dump(), "application/json");
