@@ -134,6 +134,14 @@ size_t Engine::cached_prefix(std::span<const int32_t> tokens) {
   return n;
 }
 
+std::vector<size_t> Engine::cached_prefixes(std::span<const std::span<const int32_t>> seqs) {
+  std::vector<size_t> n;
+  call([&] {
+    for (const auto& s : seqs) n.push_back(size_t(kv_.peek(s)));
+  });
+  return n;
+}
+
 void Engine::clear_cache() {
   call([&] { kv_.clear(); });
 }

@@ -62,6 +62,8 @@ class Engine {
   EngineMetrics metrics();
   // Leading tokens of `tokens` whose K/V the prefix cache holds (KvManager::peek, no cap).
   size_t cached_prefix(std::span<const int32_t> tokens);
+  // The same for several sequences in one visit to the engine thread.
+  std::vector<size_t> cached_prefixes(std::span<const std::span<const int32_t>> seqs);
   void clear_cache();       // drops every unreferenced cached block
   void check_invariants();  // KvManager audit; throws Error on a violation
   int64_t steps();          // steps run so far

@@ -34,6 +34,14 @@ std::string_view reason_name(InfillReason r) {
   return names.at(static_cast<size_t>(r));
 }
 
+CachedPrefixFn probe_each(std::function<size_t(std::span<const int32_t>)> one) {
+  return [one = std::move(one)](TokenSeqs seqs) {
+    std::vector<size_t> out;
+    for (const auto& s : seqs) out.push_back(one(s));
+    return out;
+  };
+}
+
 InfillPlanner::InfillPlanner(const FimLayout& layout, PlannerOptions opts)
     : layout_(&layout), opts_(opts), index_(opts.index) {}
 
@@ -69,11 +77,15 @@ InfillPlanner::Choice InfillPlanner::choose(const std::vector<const Anchor*>& ca
                                             const InfillRequest& req) const {
   Choice best{cands.front(), 0};
   if (!req.cached) return best;
-  best.cached = req.cached(cands.front()->tokens);
   const size_t probes = std::min(cands.size(), std::max<size_t>(opts_.cache_probe, 1));
+  std::vector<std::span<const int32_t>> seqs;
+  for (size_t i = 0; i < probes; ++i) seqs.emplace_back(cands[i]->tokens);
+  const std::vector<size_t> cached = req.cached(seqs);
+  EFIM_CHECK(cached.size() == probes, "cache probe answered ", cached.size(), " lengths for ",
+             probes, " sequences");
+  best.cached = cached[0];
   for (size_t i = 1; i < probes; ++i) {
-    const size_t cached = req.cached(cands[i]->tokens);
-    if (cached > best.cached) best = {cands[i], cached};
+    if (cached[i] > best.cached) best = {cands[i], cached[i]};
   }
   return best;
 }

@@ -37,6 +37,7 @@
 #include <functional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "infill/anchor_index.h"
 #include "infill/layout.h"
@@ -57,8 +58,13 @@ enum class InfillReason : uint8_t {
 };
 std::string_view reason_name(InfillReason r);
 
-// Returns how many leading tokens of the sequence are in the KV prefix cache.
-using CachedPrefixFn = std::function<size_t(std::span<const int32_t>)>;
+// For each sequence, how many of its leading tokens are in the KV prefix cache. One call
+// answers all candidates of a plan: a server asks its engine thread once per plan, not once
+// per candidate (each ask waits for the engine's current step).
+using TokenSeqs = std::span<const std::span<const int32_t>>;
+using CachedPrefixFn = std::function<std::vector<size_t>(TokenSeqs)>;
+// Adapts a one-sequence probe (tests, callers without batching).
+CachedPrefixFn probe_each(std::function<size_t(std::span<const int32_t>)> one);
 
 struct InfillRequest {
   std::string_view prefix = {}, suffix = {};

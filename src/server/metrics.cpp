@@ -125,7 +125,7 @@ void infill_series(PromText& p, const InfillCounts& c, int64_t rejected_overload
              c.plans[size_t(order)][size_t(reason)]);
   }
   p.one("efim_infill_cache_probes_total", "counter",
-        "Times infill planning asked the engine how much of an anchor is cached.",
+        "Times infill planning asked the engine how much of its candidate anchors is cached (one ask per plan).",
         c.cache_probes);
   p.family("efim_infill_cache_probe_seconds_total", "counter",
            "Time infill planning waited for those answers (each waits for the current step).");

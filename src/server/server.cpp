@@ -22,14 +22,14 @@ Server::Impl::Impl(Engine& e, const Tokenizer& t, int32_t ctx, const ServerOptio
 }
 
 // The planner asks the engine how much of an anchor is cached (auto mode re-anchors when its
-// suffix left the cache); each ask waits for the engine's current step to end.
+// suffix left the cache); the one ask per plan waits for the engine's current step to end.
 InfillPlan Server::Impl::plan_infill(InfillRequest req) {
   EFIM_CHECK(planner, infill_error);
   req.mode = opt.infill_mode;
   std::lock_guard<std::mutex> lock(planner_mu);
-  req.cached = [this](std::span<const int32_t> tokens) {
+  req.cached = [this](TokenSeqs seqs) {
     const auto t0 = std::chrono::steady_clock::now();
-    const size_t n = engine.cached_prefix(tokens);
+    std::vector<size_t> n = engine.cached_prefixes(seqs);
     infill_counts.cache_probe_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++infill_counts.cache_probes;

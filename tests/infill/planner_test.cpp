@@ -255,7 +255,7 @@ TEST_F(Planner, PrefersCachedAnchors) {
     const std::vector<int32_t> v(ids.begin(), ids.end());
     return v == root_a.prompt.tokens ? v.size() : 0;
   };
-  const InfillPlan plan = planner.plan({.prefix = "y = 1 + 2", .suffix = s, .cached = cached});
+  const InfillPlan plan = planner.plan({.prefix = "y = 1 + 2", .suffix = s, .cached = probe_each(cached)});
   EXPECT_EQ(plan.reason, InfillReason::hit);
   EXPECT_EQ(plan.anchor_tokens, root_a.prompt.tokens.size());
   EXPECT_EQ(plan.cached_tokens, root_a.prompt.tokens.size());
@@ -272,9 +272,9 @@ TEST_F(Planner, AutoReanchorsWhenNothingIsCachedEfimDoesNot) {
   planner.plan({.prefix = "y = ", .suffix = s});
   auto nothing = [](std::span<const int32_t>) -> size_t { return 0; };
   const InfillPlan efim =
-      planner.plan({.prefix = "y = 1", .suffix = s, .mode = InfillMode::efim, .cached = nothing});
+      planner.plan({.prefix = "y = 1", .suffix = s, .mode = InfillMode::efim, .cached = probe_each(nothing)});
   EXPECT_EQ(efim.reason, InfillReason::hit);
-  const InfillPlan aut = planner.plan({.prefix = "y = 1 + 2", .suffix = s, .cached = nothing});
+  const InfillPlan aut = planner.plan({.prefix = "y = 1 + 2", .suffix = s, .cached = probe_each(nothing)});
   EXPECT_EQ(aut.reason, InfillReason::not_cached);
   EXPECT_EQ(aut.prompt.order, FimOrder::psm);
   EXPECT_TRUE(aut.new_anchor);
@@ -285,13 +285,13 @@ TEST_F(Planner, AutoReanchorsWhenNothingIsCachedEfimDoesNot) {
   auto blocks = [&](std::span<const int32_t> ids) -> size_t {
     return std::min(ids.size(), suffix_at + 1);
   };
-  EXPECT_EQ(planner.plan({.prefix = "y = 1 + 2 + 3", .suffix = s, .cached = blocks}).reason,
+  EXPECT_EQ(planner.plan({.prefix = "y = 1 + 2 + 3", .suffix = s, .cached = probe_each(blocks)}).reason,
             InfillReason::hit);
   auto up_to_suffix = [&](std::span<const int32_t> ids) -> size_t {
     return std::min(ids.size(), suffix_at);
   };
   EXPECT_EQ(
-      planner.plan({.prefix = "y = 1 + 2 + 3 + 4", .suffix = s, .cached = up_to_suffix}).reason,
+      planner.plan({.prefix = "y = 1 + 2 + 3 + 4", .suffix = s, .cached = probe_each(up_to_suffix)}).reason,
       InfillReason::not_cached);
 }
 
