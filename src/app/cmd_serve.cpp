@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 #include <filesystem>
@@ -46,7 +47,12 @@ class StopOnSignal {
     waiter_ = std::thread([this, &server] {
       int sig = 0;
       sigwait(&set_, &sig);
-      if (!done_) server.stop();
+      // Repeat until listen() returned: a stop that lands just before the server starts
+      // listening could otherwise be lost (and every later signal is blocked).
+      while (!done_) {
+        server.stop();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
     });
   }
   // Call before the server goes away; the waiter never touches it afterwards.

@@ -172,4 +172,27 @@ std::string trim_suffix_repeat(std::string_view completion, std::string_view suf
   return step.text + guard.finish();
 }
 
+IndentLimit::Step IndentLimit::push(std::string_view piece) {
+  Step out;
+  if (stopped_) return out;
+  for (size_t i = 0; i < piece.size(); ++i) {
+    const char c = piece[i];
+    if (c == '\n') {
+      at_line_start_ = true;
+      indent_ = 0;
+    } else if (at_line_start_ && (c == ' ' || c == '\t')) {
+      ++indent_;
+    } else if (at_line_start_ && c != '\r') {
+      at_line_start_ = false;
+      if (n_indent_ > 0 && indent_ < n_indent_) {
+        out.text = std::string(piece.substr(0, i));
+        out.stop = stopped_ = true;
+        return out;
+      }
+    }
+  }
+  out.text = std::string(piece);
+  return out;
+}
+
 }  // namespace efim

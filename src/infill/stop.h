@@ -87,4 +87,25 @@ class SuffixRepeatGuard {
   bool stopped_ = false;
 };
 
+// llama.cpp's /infill `n_indent`: once the completion has a newline, every later line that has
+// text must start with at least n_indent spaces or tabs; the first one that does not ends
+// generation, cut right before its first non-blank character (its indentation is kept). The
+// first line continues the cursor line and is never checked. Unlike llama.cpp, a blank line
+// does not stop: it does not leave the block.
+class IndentLimit {
+ public:
+  explicit IndentLimit(int64_t n_indent) : n_indent_(n_indent) {}
+  struct Step {
+    std::string text;   // safe to send now
+    bool stop = false;  // a line was indented less than n_indent: text is cut before it
+  };
+  Step push(std::string_view piece);
+
+ private:
+  int64_t n_indent_;
+  bool at_line_start_ = false;  // after a '\n', still inside the line's indentation
+  int64_t indent_ = 0;          // spaces and tabs read so far on this line
+  bool stopped_ = false;
+};
+
 }  // namespace efim

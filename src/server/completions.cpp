@@ -16,6 +16,12 @@ struct CompletionJob {
   std::optional<std::string> suffix;
   std::vector<std::string> stops;
   bool stream = false;
+
+  // The suffix the repeat rule watches: none for plain completions and under ignore_eos.
+  std::optional<std::string_view> repeat_suffix() const {
+    if (!suffix || request.ignore_eos) return std::nullopt;
+    return *suffix;
+  }
 };
 
 std::vector<std::string> parse_stops(const json& body) {
@@ -111,7 +117,9 @@ CompletionJob parse_completion(Server::Impl& s, const json& body) {
   const int64_t n = int64_t(job.request.prompt.size());
   EFIM_CHECK(n + job.request.max_tokens <= s.n_ctx, "prompt of ", n, " tokens + max_tokens ",
              job.request.max_tokens, " exceed the model context of ", s.n_ctx, " tokens");
-  if (job.suffix) job.request.stop_tokens = s.infill_stops;
+  // ignore_eos asks for max_tokens tokens (benchmarks): the infill's end tokens and its
+  // suffix-repeat cut are ends of text as well, so they are off too; `stop` strings still apply.
+  if (job.suffix && !job.request.ignore_eos) job.request.stop_tokens = s.infill_stops;
   return job;
 }
 
@@ -140,7 +148,7 @@ json choice(const std::string& text, const json& finish) {
 void respond_stream(Server::Impl& s, CompletionJob job, SlotPtr slot, httplib::Response& res) {
   const size_t n_prompt = job.request.prompt.size();
   auto stream = s.engine.submit(std::move(job.request));
-  auto filter = std::make_shared<TextFilter>(job.suffix, std::move(job.stops));
+  auto filter = std::make_shared<TextFilter>(job.repeat_suffix(), std::move(job.stops));
   const std::string id = new_id();
   Engine& engine = s.engine;
   auto provider = [&s, stream, filter, id, n_prompt, slot](size_t, httplib::DataSink& sink) {
@@ -177,7 +185,7 @@ void respond_stream(Server::Impl& s, CompletionJob job, SlotPtr slot, httplib::R
 void respond_once(Server::Impl& s, CompletionJob job, httplib::Response& res) {
   const size_t n_prompt = job.request.prompt.size();
   auto stream = s.engine.submit(std::move(job.request));
-  TextFilter filter(job.suffix, std::move(job.stops));
+  TextFilter filter(job.repeat_suffix(), std::move(job.stops));
   std::string text;
   DriveOptions d;
   d.emit = [&](const std::string& piece) {

@@ -7,8 +7,9 @@
 namespace efim {
 
 TextFilter::TextFilter(std::optional<std::string_view> infill_suffix,
-                       std::vector<std::string> stops) {
+                       std::vector<std::string> stops, int64_t n_indent) {
   if (infill_suffix) guard_.emplace(*infill_suffix);
+  if (n_indent > 0) indent_.emplace(n_indent);
   for (auto& s : stops)
     if (!s.empty()) stops_.push_back(std::move(s));
   for (const auto& s : stops_) hold_ = std::max(hold_, s.size() - 1);
@@ -34,13 +35,24 @@ TextFilter::Step TextFilter::cut_stops(std::string piece) {
   return out;
 }
 
+// The guard and the indentation limit may cut the text; stop strings then see the cut text.
 TextFilter::Step TextFilter::push(std::string_view piece) {
   if (stopped_) return {};
-  if (!guard_) return cut_stops(std::string(piece));
-  SuffixRepeatGuard::Step g = guard_->push(piece);
-  Step out = cut_stops(std::move(g.text));
-  if (g.stop && !out.stop) {
-    out.text += held_;  // the guard cut the text; no stop string can complete any more
+  std::string text(piece);
+  bool cut = false;
+  if (guard_) {
+    SuffixRepeatGuard::Step g = guard_->push(text);
+    text = std::move(g.text);
+    cut = g.stop;
+  }
+  if (indent_) {
+    IndentLimit::Step i = indent_->push(text);
+    text = std::move(i.text);
+    cut = cut || i.stop;
+  }
+  Step out = cut_stops(std::move(text));
+  if (cut && !out.stop) {
+    out.text += held_;  // the text was cut; no stop string can complete any more
     held_.clear();
     out.stop = stopped_ = true;
   }
@@ -50,6 +62,7 @@ TextFilter::Step TextFilter::push(std::string_view piece) {
 std::string TextFilter::finish() {
   if (stopped_) return {};
   std::string tail = guard_ ? guard_->finish() : std::string();
+  if (indent_) tail = indent_->push(tail).text;
   Step s = cut_stops(std::move(tail));
   if (!s.stop) s.text += held_;
   held_.clear();

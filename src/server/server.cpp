@@ -5,6 +5,8 @@
 #include <chrono>
 #include <ctime>
 
+#include <sys/socket.h>
+
 #include "base/error.h"
 #include "server/server_impl.h"
 
@@ -121,7 +123,20 @@ Server::Server(Engine& engine, const Tokenizer& tokenizer, int32_t n_ctx,
   EFIM_CHECK(opts.max_concurrent_requests > 0,
              "ServerOptions.max_concurrent_requests must be positive, got ",
              opts.max_concurrent_requests);
-  impl_->http.set_payload_max_length(opts.max_body_bytes);
+  Impl& s = *impl_;
+  s.http.set_payload_max_length(opts.max_body_bytes);
+  // One handler thread per request in flight (a streamed response holds its thread), plus a
+  // few for /health and /metrics; httplib's default pool (8 threads) would queue the rest.
+  const size_t n_threads = size_t(opts.max_concurrent_requests) + 8;
+  s.http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+  // Remember the socket to raise its backlog after bind (Debian's compiled httplib listens
+  // with a backlog of 5: a burst of editors connecting at once got resets). Replacing the
+  // default options means setting SO_REUSEADDR here, as httplib's default does.
+  s.http.set_socket_options([&s](socket_t fd) {
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    s.listen_fd = fd;
+  });
   add_basic_routes(*impl_);
   add_completion_routes(*impl_);
   add_infill_routes(*impl_);
@@ -140,14 +155,22 @@ int Server::bind() {
                s.opt.port);
     s.bound_port = s.opt.port;
   }
+  EFIM_CHECK(::listen(s.listen_fd, SOMAXCONN) == 0, "cannot set the listen backlog of ",
+             s.opt.host, ":", s.bound_port);
   return s.bound_port;
 }
 
 void Server::listen() {
   EFIM_CHECK(impl_->bound_port > 0, "Server::listen() before bind()");
+  if (impl_->stopping) return;  // a stop() before listen(): httplib alone would miss it
   impl_->http.listen_after_bind();
 }
 
-void Server::stop() { impl_->http.stop(); }
+// httplib's stop() does nothing before listen_after_bind() runs; `stopping` covers that window
+// up to listen()'s check (callers that must not lose a stop repeat it, see efim serve).
+void Server::stop() {
+  impl_->stopping = true;
+  impl_->http.stop();
+}
 
 }  // namespace efim

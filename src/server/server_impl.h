@@ -83,6 +83,8 @@ struct Server::Impl {
   std::vector<int32_t> infill_stops;
   httplib::Server http;
   int bound_port = -1;
+  int listen_fd = -1;                  // the bound socket (its backlog is raised after bind)
+  std::atomic<bool> stopping{false};   // stop() came, perhaps before listen()
 
   Impl(Engine& e, const Tokenizer& t, int32_t ctx, const ServerOptions& o);
   // Plans an infill prompt (thread-safe); throws Error without FIM support.
@@ -92,11 +94,13 @@ struct Server::Impl {
   SlotPtr admit();
 };
 
-// Text between the engine's chunks and the client: the suffix-repeat rule (infill) and stop
-// strings; both may end generation early.
+// Text between the engine's chunks and the client: the suffix-repeat rule (infill), the
+// indentation limit (/infill n_indent) and stop strings; each may end generation early.
 class TextFilter {
  public:
-  TextFilter(std::optional<std::string_view> infill_suffix, std::vector<std::string> stops);
+  // n_indent > 0: /infill's indentation limit (IndentLimit).
+  TextFilter(std::optional<std::string_view> infill_suffix, std::vector<std::string> stops,
+             int64_t n_indent = 0);
   struct Step {
     std::string text;   // safe to send now
     bool stop = false;  // a stop string or a suffix repeat ended the text
@@ -106,7 +110,9 @@ class TextFilter {
 
  private:
   Step cut_stops(std::string piece);
+  // Applied in this order, each to what the previous one let through.
   std::optional<SuffixRepeatGuard> guard_;
+  std::optional<IndentLimit> indent_;
   std::vector<std::string> stops_;
   size_t hold_ = 0;  // bytes a stop string could still need: longest stop - 1
   std::string held_;

@@ -136,3 +136,35 @@ TEST(RepeatGuard, InactiveWithoutANeedle) {
 
 }  // namespace
 }  // namespace efim::test
+
+namespace efim::test {
+
+// /infill n_indent (llama.cpp semantics): the first line is free; a later line with text and
+// less indentation stops generation right before its first non-blank character.
+TEST(IndentLimit, CutsTheFirstLessIndentedLine) {
+  IndentLimit lim(4);
+  EXPECT_EQ(lim.push("x = 1\n    y = 2\n").text, "x = 1\n    y = 2\n");
+  IndentLimit::Step s = lim.push("\n  z = 3\n");  // a blank line passes; "  z" is too shallow
+  EXPECT_TRUE(s.stop);
+  EXPECT_EQ(s.text, "\n  ");
+  EXPECT_EQ(lim.push("more").text, "");  // nothing after the stop
+}
+
+TEST(IndentLimit, FirstLineAndTabsAndPiecewiseInput) {
+  IndentLimit lim(2);
+  // The first line is never checked, even unindented; a tab counts as one.
+  for (const char* piece : {"ret", "urn a\n", "\t", "\tb\n", " ", "c"}) {
+    IndentLimit::Step s = lim.push(piece);
+    if (std::string_view(piece) == "c") {
+      EXPECT_TRUE(s.stop);
+      EXPECT_EQ(s.text, "");
+    } else {
+      EXPECT_FALSE(s.stop) << piece;
+      EXPECT_EQ(s.text, piece);
+    }
+  }
+  IndentLimit off(0);
+  EXPECT_FALSE(off.push("a\nb\nc").stop);
+}
+
+}  // namespace efim::test

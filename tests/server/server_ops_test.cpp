@@ -305,5 +305,47 @@ TEST_F(ServerTest, InfillReanchorsWhenTheAnchorLeftTheCache) {
   EXPECT_EQ(metrics(c).get("efim_infill_requests_total", ",layout=\"efim\",reason=\"hit\""), 2);
 }
 
+
+// llama.vim asks for flat "timings/prompt_n"-style keys (llama.cpp's response_fields) and
+// limits indentation with n_indent.
+TEST_F(ServerTest, InfillResponseFieldsAndIndentLimit) {
+  Running s(dir_->path());
+  auto c = s.client();
+  json req = {{"input_prefix", "def f(x):\n    return"}, {"input_suffix", "\n"},
+              {"n_predict", 24}, {"n_indent", 1000},
+              {"response_fields",
+               {"content", "timings/prompt_n", "timings/predicted_n", "tokens_cached", "nope/x"}}};
+  json r = post(c, "/infill", req);
+  ASSERT_TRUE(r.is_object()) << r.dump();
+  EXPECT_EQ(r.size(), 4u) << r.dump();  // the absent path is left out
+  EXPECT_TRUE(r.contains("timings/prompt_n") && r["timings/prompt_n"].is_number());
+  EXPECT_TRUE(r.contains("timings/predicted_n") && r.contains("tokens_cached"));
+  // n_indent 1000: no line after the first may hold text.
+  const std::string content = r["content"];
+  const size_t nl = content.find('\n');
+  if (nl != std::string::npos) {
+    EXPECT_EQ(content.find_first_not_of(" \t\r\n", nl), std::string::npos) << content;
+  }
+  req["n_indent"] = -1;
+  httplib::Result bad = c.Post("/infill", req.dump(), "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+}
+
+// ignore_eos on an infill means max_tokens tokens: neither the infill end tokens nor the
+// suffix-repeat cut end it (the benchmark relies on this). At temperature 1.5 on the tiny
+// random model, 256 samples would hit one of its stop ids with probability ~99% otherwise.
+TEST_F(ServerTest, InfillWithIgnoreEosGeneratesMaxTokens) {
+  Running s(dir_->path());
+  auto c = s.client();
+  for (int seed = 0; seed < 8; ++seed) {
+    json req = {{"prompt", "def f(x):\n    return"}, {"suffix", "\n"}, {"max_tokens", 32},
+                {"ignore_eos", true}, {"temperature", 1.5}, {"seed", seed}};
+    json r = post(c, "/v1/completions", req);
+    EXPECT_EQ(r["usage"]["completion_tokens"], 32) << r.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "length") << r.dump();
+  }
+}
+
 }  // namespace
 }  // namespace efim
