@@ -1,0 +1,155 @@
+#include "bench/infill/server_process.h"
+
+#include <fcntl.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <regex>
+#include <thread>
+
+#include "base/error.h"
+#include "base/mmap_file.h"
+
+namespace efim::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string log_tail(const std::string& path) {
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const Error&) {
+    return "(no log)";
+  }
+  return text.size() > 2000 ? "..." + text.substr(text.size() - 2000) : text;
+}
+
+std::string exit_text(int status) {
+  if (WIFEXITED(status)) return str("exit status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return str("signal ", WTERMSIG(status));
+  return str("status ", status);
+}
+
+// Child side of fork(): only async-signal-safe calls until execv.
+[[noreturn]] void exec_child(const char* log, const std::vector<char*>& argv) {
+  int fd = ::open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ::dup2(fd, STDERR_FILENO);
+    ::dup2(fd, STDOUT_FILENO);
+  }
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // the benchmark died: do not leave servers behind
+  ::execv(argv[0], argv.data());
+  ::_exit(127);
+}
+
+}  // namespace
+
+std::vector<std::string> serve_argv(const ServeSpec& s) {
+  std::vector<std::string> a = {s.exe,
+                                "serve",
+                                s.model,
+                                "--host",
+                                "127.0.0.1",
+                                "--port",
+                                "0",
+                                "--infill-mode",
+                                s.infill_mode,
+                                "--kv-cache-mb",
+                                std::to_string(s.kv_cache_mb),
+                                "-t",
+                                std::to_string(s.threads)};
+  if (!s.prefix_cache) a.push_back("--no-prefix-cache");
+  if (s.max_requests > 0) {
+    a.push_back("--max-requests");
+    a.push_back(std::to_string(s.max_requests));
+  }
+  return a;
+}
+
+bool wait_healthy(const std::string& url, double timeout_s) {
+  const auto t0 = Clock::now();
+  httplib::Client c(url);
+  c.set_connection_timeout(1, 0);
+  c.set_read_timeout(5, 0);
+  while (seconds_since(t0) < timeout_s) {
+    auto r = c.Get("/health");
+    if (r && r->status == 200) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+ServerProcess::ServerProcess(const ServeSpec& spec) : spec_(spec) {
+  EFIM_CHECK(!spec.log_path.empty(), "ServeSpec.log_path is empty");
+  const std::vector<std::string> args = serve_argv(spec);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_ = ::fork();
+  EFIM_CHECK(pid_ >= 0, "fork failed for '", spec.exe, " serve'");
+  if (pid_ == 0) exec_child(spec.log_path.c_str(), argv);
+
+  // "efim: serving MODEL on http://HOST:PORT (infill mode M)"
+  static const std::regex line(R"(efim: serving .* on (http://[^ :/]+:[0-9]+))");
+  const auto t0 = Clock::now();
+  while (url_.empty()) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      fail("efim serve exited before serving (", exit_text(status), "); log ", spec.log_path, ":\n",
+           log_tail(spec.log_path));
+    }
+    std::smatch m;
+    std::string text;
+    try {
+      text = read_file(spec.log_path);
+    } catch (const Error&) {
+    }
+    if (std::regex_search(text, m, line)) {
+      url_ = m[1].str();
+      break;
+    }
+    if (seconds_since(t0) > spec.start_timeout_s) {
+      stop();
+      fail("efim serve did not report its port within ", spec.start_timeout_s, " s; log:\n",
+           log_tail(spec.log_path));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!wait_healthy(url_, spec.start_timeout_s)) {
+    stop();
+    fail("efim serve at ", url_, " did not answer /health; log:\n", log_tail(spec.log_path));
+  }
+}
+
+std::string ServerProcess::stop() {
+  if (pid_ < 0) return "not running";
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  const auto t0 = Clock::now();
+  while (::waitpid(pid_, &status, WNOHANG) != pid_) {
+    if (seconds_since(t0) > 10) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  pid_ = -1;
+  return exit_text(status);
+}
+
+ServerProcess::~ServerProcess() {
+  stop();
+}
+
+}  // namespace efim::bench

@@ -1,0 +1,50 @@
+// One `efim serve` child process per scheme, so no prefix cache carries across schemes: it
+// starts on --port 0, the port is read from its log line "efim: serving ... on http://H:P",
+// and it is ready once GET /health answers 200. The destructor stops it (SIGTERM, then SIGKILL).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace efim::bench {
+
+struct ServeSpec {
+  std::string exe = "/proc/self/exe";  // the efim binary
+  std::string model;
+  std::string infill_mode = "psm";
+  bool prefix_cache = true;  // false: --no-prefix-cache
+  int threads = 0;           // -t (0 = the server's default: all cores)
+  int kv_cache_mb = 512;
+  int max_requests = 0;  // > 0: --max-requests
+  std::string log_path;  // where the server's stderr goes
+  double start_timeout_s = 120;
+};
+
+// The argument vector ServerProcess runs (exe first), exposed for tests and the report.
+std::vector<std::string> serve_argv(const ServeSpec& spec);
+
+class ServerProcess {
+ public:
+  // Starts the server and waits until /health answers; throws Error with the log's tail when
+  // it exits or does not become ready within start_timeout_s.
+  explicit ServerProcess(const ServeSpec& spec);
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  const std::string& url() const { return url_; }  // "http://127.0.0.1:PORT"
+  // SIGTERM and wait (SIGKILL after a grace period); idempotent. Returns the exit status text.
+  std::string stop();
+
+ private:
+  pid_t pid_ = -1;
+  std::string url_;
+  ServeSpec spec_;
+};
+
+// Polls GET url/health until it answers 200; false after timeout_s.
+bool wait_healthy(const std::string& url, double timeout_s);
+
+}  // namespace efim::bench
