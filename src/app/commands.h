@@ -12,5 +12,9 @@ void register_convert(CLI::App& app);
 void register_bench_model(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_data(CLI::App& app);   // efim data ...
+void register_train(CLI::App& app);  // efim train ...
+// `efim bench <workload>`: registered on the `bench` parent command.
+void register_bench_infill(CLI::App& bench);
 
 }  // namespace efim::app

@@ -15,6 +15,11 @@ int main(int argc, char** argv) {
   efim::app::register_bench_model(app);
   efim::app::register_logits(app);
   efim::app::register_serve(app);
+  efim::app::register_data(app);
+  efim::app::register_train(app);
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks of whole workloads");
+  bench->require_subcommand(1);
+  efim::app::register_bench_infill(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
