@@ -67,6 +67,7 @@ SchemeSummary summarize(const SchemeResult& r) {
   s.requests = r.requests.size();
   s.wall_s = r.wall_s;
   std::vector<double> ttft, tpot, itl, lat;
+  int64_t followup_prompt = 0, followup_cached = 0;
   for (const auto& rec : r.requests) {
     const RequestTiming& t = rec.timing;
     ttft.push_back(t.ttft_s * 1e3);
@@ -78,6 +79,10 @@ SchemeSummary summarize(const SchemeResult& r) {
     s.output_tokens += t.completion_tokens;
     s.cached_tokens += t.cached_tokens;
     if (t.completion_tokens < r.max_tokens) ++s.short_requests;
+    if (rec.round > 0) {
+      followup_prompt += t.prompt_tokens;
+      followup_cached += t.cached_tokens;
+    }
   }
   s.max_tokens = r.max_tokens;
   s.ttft_mean_ms = mean_of(ttft);
@@ -98,6 +103,8 @@ SchemeSummary summarize(const SchemeResult& r) {
     s.reuse_rate = q > 0 ? h / q : 0.0;
   }
   if (s.prompt_tokens > 0) s.usage_cached_rate = double(s.cached_tokens) / double(s.prompt_tokens);
+  if (followup_prompt > 0)
+    s.followup_cached_rate = double(followup_cached) / double(followup_prompt);
   return s;
 }
 
@@ -130,6 +137,7 @@ nlohmann::json summary_json(const SchemeSummary& s) {
       {"cached_tokens", s.cached_tokens},
       {"reuse_rate", opt_json(s.reuse_rate)},
       {"usage_cached_rate", s.usage_cached_rate},
+      {"followup_cached_rate", s.followup_cached_rate},
       {"latency_ratio_vs_cache_psm", opt_json(s.latency_ratio)},
       {"throughput_ratio_vs_cache_psm", opt_json(s.throughput_ratio)}};
 }
@@ -165,9 +173,9 @@ nlohmann::json report_json(const nlohmann::json& config, const std::vector<Schem
 std::string markdown_table(const std::vector<SchemeSummary>& rows) {
   std::string md =
       "| scheme | requests | TTFT mean / median / p90 (ms) | TPOT mean / median (ms) | "
-      "latency mean / median (s) | req/s | output tok/s | reuse rate | prompt tokens | "
-      "output tokens | vs cache-psm: latency, throughput |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+      "latency mean / median (s) | req/s | output tok/s | reuse rate | reuse, rounds 1+ | "
+      "prompt tokens | output tokens | vs cache-psm: latency, throughput |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& s : rows) {
     std::string reuse = s.reuse_rate ? fmt("%.1f%%", *s.reuse_rate * 100) : "n/a";
     std::string vs = s.latency_ratio && s.throughput_ratio
@@ -178,7 +186,8 @@ std::string markdown_table(const std::vector<SchemeSummary>& rows) {
           fmt("%.2f", s.tpot_mean_ms) + " / " + fmt("%.2f", s.tpot_median_ms) + " | " +
           fmt("%.3f", s.latency_mean_s) + " / " + fmt("%.3f", s.latency_median_s) + " | " +
           fmt("%.2f", s.request_throughput) + " | " + fmt("%.1f", s.output_token_throughput) +
-          " | " + reuse + " | " + std::to_string(s.prompt_tokens) + " | " +
+          " | " + reuse + " | " + fmt("%.1f%%", s.followup_cached_rate * 100) + " | " +
+          std::to_string(s.prompt_tokens) + " | " +
           std::to_string(s.output_tokens) + " | " + vs + " |\n";
   }
   for (const auto& s : rows)

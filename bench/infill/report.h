@@ -32,6 +32,10 @@ struct SchemeSummary {
   int64_t max_tokens = 0;            // output tokens asked for per request
   std::optional<double> reuse_rate;  // /metrics: delta hits / delta queries
   double usage_cached_rate = 0;      // usage: cached_tokens / prompt_tokens
+  // usage, rounds 1.. only: the typing rounds after each user's cold first request. Round 0
+  // is a miss in every scheme, which caps the overall rate (R = 5: at ~76%); this is the
+  // reuse an editor sees while the user types.
+  double followup_cached_rate = 0;
   // Against cache-psm (when it ran): mean latency / cache-psm's, request throughput / its.
   std::optional<double> latency_ratio, throughput_ratio;
 };

@@ -113,6 +113,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-requests", a->server.max_concurrent_requests,
                   "Generation requests in flight at most; more get 503")
       ->capture_default_str();
+  cmd->add_option("--reanchor-tokens", a->server.planner.reanchor_inc_tokens,
+                  "auto mode: typed tokens after the middle sentinel before a fresh PSM anchor")
+      ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache,
                 "Compute every prompt in full (baseline for measuring prefix reuse)");
   cmd->callback([a] { run_serve(*a); });

@@ -127,6 +127,7 @@ TEST(BenchReport, SummaryAndRatios) {
   ASSERT_TRUE(a.reuse_rate);
   EXPECT_NEAR(*a.reuse_rate, 0.1, 1e-12);  // 22 hits of 220 queried
   EXPECT_NEAR(a.usage_cached_rate, 60.0 / 220, 1e-12);
+  EXPECT_NEAR(a.followup_cached_rate, 60.0 / 120, 1e-12);  // round 1 only
   EXPECT_NEAR(*rows[1].reuse_rate, 0.75, 1e-12);
   EXPECT_NEAR(*a.latency_ratio, 1.0, 1e-12);
   EXPECT_NEAR(*rows[1].latency_ratio, 0.5, 1e-12);
@@ -163,7 +164,7 @@ TEST(BenchReport, MarkdownHasEveryScheme) {
     EXPECT_EQ(lines[2 + i].rfind("| " + std::string(scheme_name(all_schemes()[i])) + " |", 0), 0u)
         << lines[2 + i];
   EXPECT_NE(lines[3].find("| 1.00x, 1.00x |"), std::string::npos) << lines[3];  // cache-psm
-  EXPECT_NE(lines[2].find("22.7%"), std::string::npos) << lines[2];             // 50 / 220
+  EXPECT_NE(lines[2].find("| 22.7% | 50.0% |"), std::string::npos) << lines[2];  // 50/220, 60/120
 }
 
 // Requests the server ended before max_tokens (despite ignore_eos) are counted and flagged.
