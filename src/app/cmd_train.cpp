@@ -1,8 +1,10 @@
 // `efim train`: fine-tunes a Hugging Face Llama folder on the CPU with efim's own trainer
 // (src/train/nn), and `efim train --bench`: its speed on random tokens with a per-op breakdown.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <random>
 
@@ -11,6 +13,8 @@
 #include "backend/cpu/peak.h"
 #include "base/error.h"
 #include "base/progress.h"
+#include "train/nn/checkpoint.h"
+#include "train/nn/shard_source.h"
 #include "train/nn/text_source.h"
 #include "train/nn/trainer.h"
 
@@ -18,8 +22,11 @@ namespace efim::app {
 namespace {
 
 struct TrainArgs {
-  std::string model, data, out, save_dtype = "bf16";
+  std::string model, data, out, save_dtype = "bf16", mask = "all";
+  std::string valid, resume, checkpoint_dir, log;
+  int64_t eval_every = 0, eval_batches = 8, save_every = 0, stop_at = 0;
   int64_t steps = 100, batch = 8, seq = 1024, accum = 1, warmup = 10;
+  int64_t head_rows = 256, attn_block = 64;  // NetworkOptions (speed; they change rounding)
   double lr = 3e-4, min_lr_ratio = 0.1, weight_decay = 0.1, clip = 1.0;
   int threads = 0;
   uint64_t seed = 1;
@@ -49,6 +56,8 @@ train::TrainOptions train_options(const TrainArgs& a) {
   o.lr = train::LrSchedule{a.lr, a.warmup, a.steps, a.min_lr_ratio};
   o.adam.weight_decay = a.weight_decay;
   o.clip = a.clip;
+  o.net.head_rows = a.head_rows;
+  o.net.attention_row_block = a.attn_block;
   return o;
 }
 
@@ -115,36 +124,179 @@ void run_bench(const TrainArgs& a) {
   print_breakdown(t, secs, secs - fwd_bwd);
 }
 
-void run_train(const TrainArgs& a) {
-  EFIM_CHECK(!a.data.empty() && !a.out.empty(),
-             "efim train: --data and --out are required "
-             "(or --bench)");
-  const DType save_dtype = dtype_from_name(a.save_dtype);
-  ThreadPool pool(a.threads > 0 ? a.threads : ThreadPool::default_threads());
-  train::Params p = train::load_hf_params(a.model);
-  const Tokenizer tok = load_tokenizer(a.model);
+// The options that define a run's trajectory: stored in checkpoints, restored on --resume.
+nlohmann::json run_json(const TrainArgs& a) {
+  return {{"model", a.model},
+          {"data", a.data},
+          {"mask", a.mask},
+          {"valid", a.valid},
+          {"steps", a.steps},
+          {"batch", a.batch},
+          {"seq", a.seq},
+          {"accum", a.accum},
+          {"warmup", a.warmup},
+          {"lr", a.lr},
+          {"min_lr_ratio", a.min_lr_ratio},
+          {"weight_decay", a.weight_decay},
+          {"clip", a.clip},
+          {"seed", a.seed},
+          {"eval_every", a.eval_every},
+          {"eval_batches", a.eval_batches},
+          {"save_dtype", a.save_dtype},
+          {"head_rows", a.head_rows},
+          {"attn_block", a.attn_block}};
+}
+
+void restore_run(const nlohmann::json& j, TrainArgs& a) {
+  try {
+    a.model = j.at("model"), a.data = j.at("data"), a.mask = j.at("mask"), a.valid = j.at("valid");
+    a.steps = j.at("steps"), a.batch = j.at("batch"), a.seq = j.at("seq"), a.accum = j.at("accum");
+    a.warmup = j.at("warmup"), a.lr = j.at("lr"), a.min_lr_ratio = j.at("min_lr_ratio");
+    a.weight_decay = j.at("weight_decay"), a.clip = j.at("clip"), a.seed = j.at("seed");
+    a.eval_every = j.at("eval_every"), a.eval_batches = j.at("eval_batches");
+    a.save_dtype = j.at("save_dtype");
+    a.head_rows = j.at("head_rows"), a.attn_block = j.at("attn_block");
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint state.json 'run': ", e.what());
+  }
+}
+
+struct RunState {
+  train::Params p;
+  train::CheckpointState resumed;
+  std::string tok_dir;             // tokenizer + config files to copy into saved folders
+  std::unique_ptr<Tokenizer> tok;  // loaded from tok_dir when a text source needs it
+};
+
+// A shard folder (index.json) gives FIM batches; anything else is plain text.
+std::unique_ptr<train::BatchSource> make_source(const TrainArgs& a, const std::string& path,
+                                                uint64_t seed, RunState& r) {
+  if (train::is_shard_dir(path))
+    return std::make_unique<train::ShardBatchSource>(
+        train::ShardSourceOptions{path, a.batch, a.seq, seed, train::parse_loss_mask(a.mask)});
+  EFIM_CHECK(a.mask == "all", "efim train: --mask ", a.mask, " needs a shard folder, '", path,
+             "' has no index.json");
+  if (!r.tok) r.tok = std::make_unique<Tokenizer>(load_tokenizer(r.tok_dir));
   train::TextSourceOptions so;
-  so.path = a.data;
+  so.path = path;
   so.B = a.batch;
   so.T = a.seq;
-  so.eot = tok.eos();
-  so.seed = a.seed;
-  train::TextBatchSource src(tok, so);
-  std::fprintf(stderr, "data: %s\n", src.describe().c_str());
-  train::Trainer tr(p, pool, train_options(a));
-  ProgressBar bar(uint64_t(a.steps * a.batch * a.seq * a.accum),
-                  ProgressOptions{"training", "tok"});
-  for (int64_t s = 0; s < a.steps; ++s) {
-    const train::StepStats st = tr.step(src);
-    bar.set_note(
-        str("step ", s + 1, "/", a.steps, " loss ", st.loss, " lr ", st.lr, " |g| ", st.grad_norm));
-    bar.add(uint64_t(st.tokens));
-    std::printf("step %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f\n", (long long)s, st.loss,
-                st.lr, st.grad_norm, double(st.tokens) / st.seconds);
+  so.eot = r.tok->eos();
+  so.seed = seed;
+  return std::make_unique<train::TextBatchSource>(*r.tok, so);
+}
+
+// Mean nats per target over the first `eval_batches` batches of the validation data (always
+// the same batches: a fresh source with seed 0).
+double validation_loss(const TrainArgs& a, train::Trainer& tr, RunState& r) {
+  auto src = make_source(a, a.valid, 0, r);
+  train::TokenBatch b;
+  train::LossSum total;
+  for (int64_t i = 0; i < a.eval_batches; ++i) {
+    src->next(b);
+    const train::LossSum l = tr.network().forward_backward(r.p.w.data(), b, nullptr, 0.0f);
+    total.sum += l.sum;
+    total.count += l.count;
+  }
+  EFIM_CHECK(total.count > 0, "efim train: no masked targets in ", a.eval_batches,
+             " validation batches of ", a.valid);
+  return total.mean();
+}
+
+// One JSON object per line: training steps and validation results, appended (resumes add on).
+class TrainLog {
+ public:
+  explicit TrainLog(const std::string& path) : f_(std::fopen(path.c_str(), "a")) {
+    EFIM_CHECK(f_ != nullptr, "efim train: cannot open log file ", path);
+  }
+  ~TrainLog() { std::fclose(f_); }
+  void write(const nlohmann::json& j) {
+    std::fprintf(f_, "%s\n", j.dump().c_str());
+    std::fflush(f_);
+  }
+
+ private:
+  std::FILE* f_;
+};
+
+RunState start_run(TrainArgs& a) {
+  RunState r;
+  if (a.resume.empty()) {
+    r.p = train::load_hf_params(a.model);
+    r.tok_dir = a.model;
+    return r;
+  }
+  r.resumed = train::read_checkpoint_state(a.resume);
+  restore_run(r.resumed.run, a);
+  r.p = train::load_checkpoint_params(a.resume);
+  r.tok_dir = (std::filesystem::path(a.resume) / "model").string();
+  std::fprintf(stderr, "resuming %s at step %lld (options from the checkpoint)\n", a.resume.c_str(),
+               (long long)r.resumed.step);
+  return r;
+}
+
+void save_checkpoint_now(const TrainArgs& a, const RunState& r, const train::Trainer& tr) {
+  train::CheckpointState st;
+  st.step = tr.steps_taken();
+  st.batches = st.step * a.accum;
+  st.run = run_json(a);
+  train::save_checkpoint({a.checkpoint_dir, r.tok_dir, dtype_from_name(a.save_dtype)}, r.p, tr, st);
+  std::fprintf(stderr, "checkpoint %s (step %lld)\n", a.checkpoint_dir.c_str(), (long long)st.step);
+}
+
+void run_train(TrainArgs a) {
+  EFIM_CHECK(!a.out.empty() && (!a.resume.empty() || (!a.model.empty() && !a.data.empty())),
+             "efim train: --model, --data and --out are required (or --resume DIR and --out, or "
+             "--bench)");
+  RunState r = start_run(a);
+  EFIM_CHECK(a.eval_every == 0 || !a.valid.empty(), "efim train: --eval-every ", a.eval_every,
+             " needs --valid");
+  const DType save_dtype = dtype_from_name(a.save_dtype);
+  if (a.checkpoint_dir.empty()) a.checkpoint_dir = a.out + "/checkpoint";
+  std::filesystem::create_directories(a.out);
+  ThreadPool pool(a.threads > 0 ? a.threads : ThreadPool::default_threads());
+  auto src = make_source(a, a.data, a.seed, r);
+  src->skip(r.resumed.batches);
+  std::fprintf(stderr, "data: %s\n", src->describe().c_str());
+  train::Trainer tr(r.p, pool, train_options(a));
+  if (!a.resume.empty()) train::load_checkpoint_optimizer(a.resume, tr);
+  TrainLog log(a.log.empty() ? a.out + "/train_log.jsonl" : a.log);
+  const bool eval = !a.valid.empty() && a.eval_batches > 0;
+  if (eval && tr.steps_taken() == 0) {
+    const double vl = validation_loss(a, tr, r);
+    std::printf("step 0 valid_loss %.4f\n", vl);
+    log.write({{"step", 0}, {"valid_loss", vl}});
+  }
+  // --stop-at ends this invocation early (the schedule still spans --steps): a long run can be
+  // done in pieces, each ending in a checkpoint.
+  const int64_t stop = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
+  ProgressBar bar(
+      uint64_t(std::max<int64_t>(0, stop - tr.steps_taken()) * a.batch * a.seq * a.accum),
+      ProgressOptions{"training", "tok"});
+  while (tr.steps_taken() < stop) {
+    const train::StepStats st = tr.step(*src);
+    const int64_t done = st.step + 1;
+    nlohmann::json rec = {
+        {"step", done},          {"loss", st.loss},
+        {"lr", st.lr},           {"grad_norm", st.grad_norm},
+        {"tokens", st.tokens},   {"targets", st.targets},
+        {"seconds", st.seconds}, {"tokens_per_s", double(st.tokens) / st.seconds}};
+    std::printf("step %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f", (long long)done,
+                st.loss, st.lr, st.grad_norm, double(st.tokens) / st.seconds);
+    if (eval && a.eval_every > 0 && (done % a.eval_every == 0 || done == stop)) {
+      rec["valid_loss"] = validation_loss(a, tr, r);
+      std::printf(" valid_loss %.4f", rec["valid_loss"].get<double>());
+    }
+    std::printf("\n");
     std::fflush(stdout);
+    log.write(rec);
+    bar.set_note(str("step ", done, "/", a.steps, " loss ", st.loss));
+    bar.add(uint64_t(st.tokens));
+    if (a.save_every > 0 && (done % a.save_every == 0 || done == stop))
+      save_checkpoint_now(a, r, tr);
   }
   bar.finish();
-  train::save_hf_params(p, train::SaveOptions{a.out, save_dtype, a.model, 0});
+  train::save_hf_params(r.p, train::SaveOptions{a.out, save_dtype, r.tok_dir, 0});
   std::printf("saved %s (%s)\n", a.out.c_str(), a.save_dtype.c_str());
 }
 
@@ -155,13 +307,37 @@ void register_train(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "train",
       "Fine-tune a Hugging Face Llama folder on the CPU (AdamW, warmup + cosine, clipping).\n"
-      "Data for now: plain text (a file, or every file under a folder), tokenized canonically "
-      "with the model's tokenizer.json, files joined with <eos> and cut into sequences of "
-      "--seq tokens. (The fragment-tokenized FIM shard source is not plugged in yet.)\n"
+      "Data: a shard folder from `efim data build` (index.json: fragment-tokenized FIM samples "
+      "packed into rows of --seq tokens, loss on --mask all|middle), or plain text (a file, or "
+      "every file under a folder, tokenized canonically, files joined with <eos>).\n"
+      "Writes <out>/train_log.jsonl (one JSON line per step, plus valid_loss when evaluated), "
+      "checkpoints with --save-every (resume bit-exactly with --resume), and the model as an HF "
+      "folder in --out at the end.\n"
       "--bench: speed on random tokens (no data, nothing saved), with a per-op breakdown.");
-  cmd->add_option("--model", a->model, "HF folder: config.json, safetensors, tokenizer.json")
-      ->required();
-  cmd->add_option("--data", a->data, "Text file or folder to train on");
+  cmd->add_option("--model", a->model, "HF folder: config.json, safetensors, tokenizer.json");
+  cmd->add_option("--data", a->data, "Shard folder (index.json) or text file/folder to train on");
+  cmd->add_option("--mask", a->mask, "Loss on all targets or only FIM middles (shards only)")
+      ->check(CLI::IsMember({"all", "middle"}))
+      ->capture_default_str();
+  cmd->add_option("--valid", a->valid, "Validation shard folder (or text) for --eval-every");
+  cmd->add_option("--eval-every", a->eval_every,
+                  "With --valid: validation loss at step 0, every N steps and at the end "
+                  "(0: at step 0 only)")
+      ->capture_default_str();
+  cmd->add_option("--eval-batches", a->eval_batches,
+                  "Validation batches (the same first K batches each time)")
+      ->capture_default_str();
+  cmd->add_option("--save-every", a->save_every,
+                  "Checkpoint every N steps and at the end (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-dir", a->checkpoint_dir,
+                  "Checkpoint folder (default <out>/checkpoint; replaced atomically)");
+  cmd->add_option("--resume", a->resume,
+                  "Continue from a checkpoint folder; the run's options come from it");
+  cmd->add_option("--stop-at", a->stop_at,
+                  "End this invocation after step N (schedule unchanged; checkpoint there with "
+                  "--save-every), to run in pieces with --resume");
+  cmd->add_option("--log", a->log, "JSONL log file (default <out>/train_log.jsonl, appended)");
   cmd->add_option("--out", a->out, "Folder to write the fine-tuned model to");
   cmd->add_option("--steps", a->steps, "Optimizer steps (with --bench: timed steps)")
       ->capture_default_str();
@@ -177,9 +353,20 @@ void register_train(CLI::App& app) {
   cmd->add_option("--clip", a->clip, "Max global gradient norm (0: off)")->capture_default_str();
   cmd->add_option("--threads", a->threads, "Threads (default: EFIM_THREADS or all CPUs)");
   cmd->add_option("--seed", a->seed, "Data order seed")->capture_default_str();
+  cmd->add_option("--head-rows", a->head_rows, "Rows of logits computed at a time (speed/memory)")
+      ->capture_default_str();
+  cmd->add_option("--attn-block", a->attn_block, "Query rows per attention block (speed)")
+      ->capture_default_str();
   cmd->add_option("--save-dtype", a->save_dtype, "bf16 or f32")->capture_default_str();
   cmd->add_flag("--bench", a->bench, "Measure training speed on random tokens");
-  cmd->callback([a] { a->bench ? run_bench(*a) : run_train(*a); });
+  cmd->callback([a] {
+    if (a->bench) {
+      EFIM_CHECK(!a->model.empty(), "efim train --bench: --model is required");
+      run_bench(*a);
+    } else {
+      run_train(*a);
+    }
+  });
 }
 
 }  // namespace efim::app

@@ -57,9 +57,11 @@ void check(const Case& cs, bool ta, bool tb, bool acc, uint32_t seed, Run run) {
     }
 }
 
-// Shapes around the block sizes (mc 96, nc 256, kc 256) and micro-tile edges (6 x 16).
-const Case kCases[] = {{1, 1, 1},      {7, 17, 5},    {6, 16, 8},    {97, 259, 300},
-                       {200, 40, 520}, {13, 300, 64}, {192, 33, 257}};
+// Shapes around the block sizes (mc 96, nc 256, kc 256), micro-tile edges (6 x 16) and the
+// work split (items of 48+ rows / 64+ columns, near-equal, up to 384 x 256).
+const Case kCases[] = {{1, 1, 1},      {7, 17, 5},    {6, 16, 8},     {97, 259, 300},
+                       {200, 40, 520}, {13, 300, 64}, {192, 33, 257}, {384, 384, 24},
+                       {1000, 130, 9}, {50, 700, 17}};
 
 class TrainGemmTest : public ::testing::TestWithParam<CpuKernel> {};
 
@@ -85,6 +87,24 @@ TEST(TrainGemm, SerialMatchesReference) {
     for (int mode = 0; mode < 8; ++mode)
       check(cs, mode & 1, mode & 2, mode & 4, seed += 3,
             [](const TrainGemm& g) { train_gemm_serial(g); });
+}
+
+// Each element of C is summed by one thread in a fixed order: the result is bitwise the same
+// for any thread count (training runs are reproducible and resumable bit for bit).
+TEST(TrainGemm, ThreadCountDoesNotChangeBits) {
+  ThreadPool one(1), two(2), three(3);
+  const std::vector<float> a = random_vec(1000 * 300, 1), b = random_vec(300 * 384, 2);
+  std::vector<float> c1(1000 * 384), c2(1000 * 384), c3(1000 * 384);
+  TrainGemm g{1000, 384, 300, a.data(), 300, false, b.data(), 300, true, c1.data(), 384, false};
+  train_gemm(one, g);
+  g.c = c2.data();
+  train_gemm(two, g);
+  g.c = c3.data();
+  train_gemm(three, g);
+  EXPECT_TRUE(c1 == c2 && c1 == c3);
+  g.c = c2.data();
+  train_gemm_serial(g);
+  EXPECT_TRUE(c1 == c2);
 }
 
 TEST(TrainGemm, EmptyKZeroesOrKeepsC) {

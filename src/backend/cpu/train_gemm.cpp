@@ -50,6 +50,38 @@ constexpr int64_t kKC = 256;
 // so it is amortised over kItemRows rows (about 1% overhead) while large products still give
 // several items per thread.
 constexpr int64_t kItemRows = 4 * kMC;
+// Smallest items the split makes when it cuts further for balance (packing overheads ~1/48).
+constexpr int64_t kMinItemRows = 48, kMinItemCols = 64;
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// C cut into mb x nb near-equal items of `rows` x `cols` (multiples of the micro-tile; the last
+// row / column of items may be smaller). Equal items matter: a fixed kItemRows x kNC grid gave
+// e.g. a 256- and a 128-column item for n = 384, i.e. one thread doing 2/3 of a dW product.
+// Below 4 items per thread (dynamic hand-out then evens out a thread slowed by other work) the
+// larger item side is cut again, as long as items keep kMinItemRows rows / kMinItemCols columns.
+struct ItemGrid {
+  int64_t mb, nb, rows, cols;
+};
+
+ItemGrid item_grid(int64_t m, int64_t n, int threads) {
+  int64_t mb = ceil_div(m, kItemRows), nb = ceil_div(n, kNC);
+  while (mb * nb < 4 * int64_t{threads}) {
+    const bool can_m = ceil_div(m, mb + 1) >= kMinItemRows;
+    const bool can_n = ceil_div(n, nb + 1) >= kMinItemCols;
+    if (can_m && (!can_n || ceil_div(m, mb) >= ceil_div(n, nb)))
+      ++mb;
+    else if (can_n)
+      ++nb;
+    else
+      break;
+  }
+  const int64_t rows = ceil_div(ceil_div(m, mb), kTrainMR) * kTrainMR;
+  const int64_t cols = ceil_div(ceil_div(n, nb), kTrainNR) * kTrainNR;
+  return {ceil_div(m, rows), ceil_div(n, cols), rows, cols};
+}
 
 // The variant's micro-kernel and transposing packers.
 struct Kernel {
@@ -58,39 +90,55 @@ struct Kernel {
   detail::TrainPackB pack_b;
 };
 
+// Copies `n` <= `width` floats to d and zero-fills d up to `width` (a fixed-size memcpy compiles
+// to vector moves; a variable one is a slow `rep movs`).
+template <int width>
+inline void copy_padded(float* d, const float* src, int64_t n) {
+  if (n == width) {
+    std::memcpy(d, src, width * sizeof(float));
+    return;
+  }
+  std::memcpy(d, src, static_cast<size_t>(n) * sizeof(float));
+  for (int64_t c = n; c < width; ++c) d[c] = 0.0f;
+}
+
 // Packs op(A)[i0 .. i0 + mc, p0 .. p0 + kc) into slivers of 6 rows: ap[s][p][r], zero padded.
 void pack_a(const TrainGemm& g, const Kernel& kern, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
             float* ap) {
-  for (int64_t s = 0; s < mc; s += kTrainMR) {
-    float* dst = ap + s * kc;
-    const int rows = static_cast<int>(std::min<int64_t>(kTrainMR, mc - s));
-    if (!g.trans_a) {
-      kern.pack_a(g.a + (i0 + s) * g.lda + p0, g.lda, rows, kc, dst);
-      continue;
+  if (!g.trans_a) {
+    for (int64_t s = 0; s < mc; s += kTrainMR) {  // ascending: see kTrainPackSlack
+      const int rows = static_cast<int>(std::min<int64_t>(kTrainMR, mc - s));
+      kern.pack_a(g.a + (i0 + s) * g.lda + p0, g.lda, rows, kc, ap + s * kc);
     }
-    for (int64_t p = 0; p < kc; ++p) {  // op(A)(i, p) = a[p * lda + i]: 6 contiguous values
-      const float* src = g.a + (p0 + p) * g.lda + i0 + s;
-      for (int r = 0; r < kTrainMR; ++r) dst[p * kTrainMR + r] = r < rows ? src[r] : 0.0f;
-    }
+    return;
+  }
+  // op(A)(i, p) = a[p * lda + i]: row p of `a` holds 6 contiguous values of every sliver. Rows
+  // outer, so that the source is read sequentially (slivers outer read one 24-byte piece per
+  // row and stalled on memory).
+  for (int64_t p = 0; p < kc; ++p) {
+    const float* src = g.a + (p0 + p) * g.lda + i0;
+    for (int64_t s = 0; s < mc; s += kTrainMR)
+      copy_padded<kTrainMR>(ap + s * kc + p * kTrainMR, src + s,
+                            std::min<int64_t>(kTrainMR, mc - s));
   }
 }
 
 // Packs op(B)[p0 .. p0 + kc, j0 .. j0 + nc) into slivers of 16 columns: bp[s][p][c].
 void pack_b(const TrainGemm& g, const Kernel& kern, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
             float* bp) {
-  for (int64_t s = 0; s < nc; s += kTrainNR) {
-    float* dst = bp + s * kc;
-    const int cols = static_cast<int>(std::min<int64_t>(kTrainNR, nc - s));
-    if (g.trans_b) {
-      kern.pack_b(g.b + (j0 + s) * g.ldb + p0, g.ldb, cols, kc, dst);
-      continue;
+  if (g.trans_b) {
+    for (int64_t s = 0; s < nc; s += kTrainNR) {
+      const int cols = static_cast<int>(std::min<int64_t>(kTrainNR, nc - s));
+      kern.pack_b(g.b + (j0 + s) * g.ldb + p0, g.ldb, cols, kc, bp + s * kc);
     }
-    for (int64_t p = 0; p < kc; ++p) {  // op(B)(p, j) = b[p * ldb + j]: 16 contiguous values
-      const float* src = g.b + (p0 + p) * g.ldb + j0 + s;
-      float* d = dst + p * kTrainNR;
-      std::memcpy(d, src, static_cast<size_t>(cols) * sizeof(float));
-      for (int c = cols; c < kTrainNR; ++c) d[c] = 0.0f;
-    }
+    return;
+  }
+  // op(B)(p, j) = b[p * ldb + j]: 16 contiguous values per sliver; rows outer as in pack_a.
+  for (int64_t p = 0; p < kc; ++p) {
+    const float* src = g.b + (p0 + p) * g.ldb + j0;
+    for (int64_t s = 0; s < nc; s += kTrainNR)
+      copy_padded<kTrainNR>(bp + s * kc + p * kTrainNR, src + s,
+                            std::min<int64_t>(kTrainNR, nc - s));
   }
 }
 
@@ -102,7 +150,7 @@ struct Packs {
 // is packed once and reused by every kMC-row block of A in the item.
 void run_item(const TrainGemm& g, const Kernel& kern, int64_t i_begin, int64_t i_end, int64_t j0,
               int64_t nc, Packs& packs) {
-  packs.a.resize(static_cast<size_t>(kMC * kKC));
+  packs.a.resize(static_cast<size_t>(kMC * kKC + detail::kTrainPackSlack));
   packs.b.resize(static_cast<size_t>(kKC * kNC));
   for (int64_t p0 = 0; p0 < g.k; p0 += kKC) {
     const int64_t kc = std::min(kKC, g.k - p0);
@@ -158,14 +206,15 @@ void train_gemm(ThreadPool& pool, const TrainGemm& g, CpuKernel kernel) {
   check(g);
   const Kernel kern = kernel_for(kernel);
   if (trivial(g)) return;
-  const int64_t mb = (g.m + kItemRows - 1) / kItemRows, nb = (g.n + kNC - 1) / kNC;
-  const int64_t items = mb * nb;
+  const ItemGrid grid = item_grid(g.m, g.n, pool.size());
+  const int64_t items = grid.mb * grid.nb;
   const int64_t grain = detail::grain_for(items, g.m * g.n * g.k, pool.size());
   pool.parallel_for(items, grain, [&](int, int64_t it0, int64_t it1) {
     static thread_local Packs packs;
     for (int64_t it = it0; it < it1; ++it) {
-      const int64_t i0 = (it % mb) * kItemRows, j0 = (it / mb) * kNC;
-      run_item(g, kern, i0, std::min(g.m, i0 + kItemRows), j0, std::min(kNC, g.n - j0), packs);
+      const int64_t i0 = (it % grid.mb) * grid.rows, j0 = (it / grid.mb) * grid.cols;
+      run_item(g, kern, i0, std::min(g.m, i0 + grid.rows), j0, std::min(grid.cols, g.n - j0),
+               packs);
     }
   });
 }

@@ -79,10 +79,11 @@ inline void transpose8x8(__m256 r[8]) {
 
 }  // namespace
 
-// 8 k values of each of the 6 rows, transposed: column p holds rows 0..7 of k = p0 + p, of which
-// the first 6 are stored (masked store: nothing is written past the sliver).
+// 8 k values of each of the 6 rows, transposed: column p holds rows 0..7 of k = p0 + p. Each
+// column is stored whole (8 floats at ap + 6 p): its last 2 floats spill into column p + 1, which
+// the next store overwrites, and past the last column into the 2 floats after the sliver (see
+// kTrainPackSlack). A masked 6-float store instead is microcoded and slow on AMD cores.
 void train_pack_a_avx2(const float* a, int64_t lda, int rows, int64_t kc, float* ap) {
-  const __m256i first6 = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
   const int64_t k8 = kc / 8 * 8;
   for (int64_t p = 0; p < k8; p += 8) {
     __m256 v[8];
@@ -91,7 +92,7 @@ void train_pack_a_avx2(const float* a, int64_t lda, int rows, int64_t kc, float*
       v[r] = r < rows ? _mm256_loadu_ps(a + r * lda + p) : _mm256_setzero_ps();
     transpose8x8(v);
 #pragma GCC unroll 8
-    for (int q = 0; q < 8; ++q) _mm256_maskstore_ps(ap + (p + q) * kTrainMR, first6, v[q]);
+    for (int q = 0; q < 8; ++q) _mm256_storeu_ps(ap + (p + q) * kTrainMR, v[q]);
   }
   for (int64_t p = k8; p < kc; ++p)
     for (int r = 0; r < kTrainMR; ++r) ap[p * kTrainMR + r] = r < rows ? a[r * lda + p] : 0.0f;

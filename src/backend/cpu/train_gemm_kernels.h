@@ -17,6 +17,10 @@ using TrainMicroKernel = void (*)(int64_t kc, const float* ap, const float* bp, 
 // ap[p][r] = a[(i0 + r) * lda + p0 + p] for r < rows (0 beyond), p < kc     (A not transposed)
 // bp[p][c] = b[(j0 + c) * ldb + p0 + p] for c < cols (0 beyond), p < kc     (B transposed)
 // `a` / `b` point at element (i0, p0) / (j0, p0).
+// TrainPackA may write up to kTrainPackSlack floats past the sliver (garbage): callers pack the
+// slivers of a block in ascending order (a later sliver overwrites the spill) and give the
+// buffer that many floats of slack at its end.
+constexpr int kTrainPackSlack = 8;
 using TrainPackA = void (*)(const float* a, int64_t lda, int rows, int64_t kc, float* ap);
 using TrainPackB = void (*)(const float* b, int64_t ldb, int cols, int64_t kc, float* bp);
 

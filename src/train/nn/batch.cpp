@@ -35,4 +35,9 @@ void TokenBatch::validate(int64_t vocab) const {
   }
 }
 
+void BatchSource::skip(int64_t n) {
+  TokenBatch scratch;
+  for (int64_t i = 0; i < n; ++i) next(scratch);
+}
+
 }  // namespace efim::train

@@ -1,5 +1,5 @@
 // What the trainer consumes: batches of token rows with next-token targets and a loss mask,
-// from any source (plain text now; fragment-tokenized FIM shards from src/train/data later).
+// from any source (plain text, or fragment-tokenized FIM shards from src/train/data).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,8 @@ class BatchSource {
   virtual ~BatchSource() = default;
   // Fills `batch` with the next B x T batch (the source decides B and T at construction).
   virtual void next(TokenBatch& batch) = 0;
+  // Advances as if next() had been called n times (resuming a run); the default calls next().
+  virtual void skip(int64_t n);
   // One line for logs: what is read and how much of it.
   virtual std::string describe() const = 0;
 };

@@ -61,7 +61,11 @@ std::string_view op_name(Op op) {
 }
 
 Network::Network(const ParamLayout& layout, ThreadPool& pool, const NetworkOptions& opts)
-    : L_(layout), opt_(opts), c_(layout.config), pool_(pool), inv_freq_(c_.rope_inv_freq()) {}
+    : L_(layout), opt_(opts), c_(layout.config), pool_(pool), inv_freq_(c_.rope_inv_freq()) {
+  EFIM_CHECK(opt_.head_rows >= 1 && opt_.attention_row_block >= 1, "train: head_rows ",
+             opt_.head_rows, " and attention_row_block ", opt_.attention_row_block,
+             " must be >= 1");
+}
 
 void Network::prepare(const TokenBatch& batch) {
   batch.validate(c_.vocab);
@@ -170,15 +174,19 @@ void Network::layer_forward(const float* w, int64_t l, float* x_next) {
 void Network::norm_backward(const float* dy, const float* x, const float* rstd, const float* w,
                             float* dx, float* dw) {
   const int64_t D = c_.hidden;
-  const int threads = pool_.size();
-  dw_partial_.assign(static_cast<size_t>(threads * D), 0.0f);
-  pool_.parallel_for(N_, row_grain(N_, threads), [&](int ti, int64_t i0, int64_t i1) {
-    float* part = dw_partial_.data() + ti * D;
-    for (int64_t i = i0; i < i1; ++i)
-      ops::rms_norm_backward(dy + i * D, x + i * D, w, rstd[i], D, dx + i * D, part);
+  // A fixed split into chunks (not per thread): the pool hands chunks out dynamically, and
+  // summing the partial dw in chunk order keeps the result independent of the scheduling.
+  const int64_t chunks = std::min<int64_t>(N_, 32);
+  dw_partial_.assign(static_cast<size_t>(chunks * D), 0.0f);
+  pool_.parallel_for(chunks, 1, [&](int, int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      float* part = dw_partial_.data() + c * D;
+      for (int64_t i = c * N_ / chunks; i < (c + 1) * N_ / chunks; ++i)
+        ops::rms_norm_backward(dy + i * D, x + i * D, w, rstd[i], D, dx + i * D, part);
+    }
   });
-  for (int ti = 0; ti < threads; ++ti)
-    for (int64_t d = 0; d < D; ++d) dw[d] += dw_partial_[ti * D + d];
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t d = 0; d < D; ++d) dw[d] += dw_partial_[c * D + d];
 }
 
 void Network::layer_backward(const float* w, int64_t l, float* dx, float* g) {
@@ -246,12 +254,13 @@ void Network::layer_backward(const float* w, int64_t l, float* dx, float* g) {
 // dxnf = dlogits . Wlm and dWlm += dlogits^T . xnf.
 LossSum Network::head(const float* w, const TokenBatch& batch, float* g, float grad_scale) {
   const int64_t D = c_.hidden, V = c_.vocab;
-  const int threads = pool_.size();
-  std::vector<double> part_sum(static_cast<size_t>(threads), 0.0);
+  std::vector<double> row_loss(static_cast<size_t>(opt_.head_rows));  // summed in row order
+  LossSum out;
   for (int64_t r0 = 0; r0 < N_; r0 += opt_.head_rows) {
     const int64_t n = std::min(opt_.head_rows, N_ - r0);
     linear(pool_, xnf_.data() + r0 * D, n, w + L_.lm_head, V, D, head_.data());
-    pool_.parallel_for(n, 1, [&](int ti, int64_t i0, int64_t i1) {
+    std::fill(row_loss.begin(), row_loss.end(), 0.0);
+    pool_.parallel_for(n, 1, [&](int, int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         float* row = head_.data() + i * V;
         const int64_t t = r0 + i;
@@ -260,18 +269,17 @@ LossSum Network::head(const float* w, const TokenBatch& batch, float* g, float g
           continue;
         }
         const int32_t target = batch.targets[t];
-        part_sum[ti] += ops::softmax_xent(row, V, target, g != nullptr);
+        row_loss[i] = ops::softmax_xent(row, V, target, g != nullptr);
         if (!g) continue;
         row[target] -= 1.0f;
         for (int64_t v = 0; v < V; ++v) row[v] *= grad_scale;
       }
     });
+    for (int64_t i = 0; i < n; ++i) out.sum += row_loss[i];
     if (!g) continue;
     linear_dx(pool_, head_.data(), n, w + L_.lm_head, V, D, dxn_.data() + r0 * D);
     linear_dw(pool_, head_.data(), n, xnf_.data() + r0 * D, V, D, g + L_.lm_head);
   }
-  LossSum out;
-  for (double s : part_sum) out.sum += s;
   out.count = batch.n_targets();
   return out;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <utility>
 
 #include "base/error.h"
 
@@ -17,19 +18,24 @@ double LrSchedule::at(int64_t step) const {
 }
 
 double clip_grad_norm(ThreadPool& pool, float* g, int64_t n, double max_norm) {
-  std::vector<double> part(static_cast<size_t>(pool.size()), 0.0);
-  const int64_t grain = std::max<int64_t>(4096, n / (8 * pool.size()));
-  pool.parallel_for(n, grain, [&](int ti, int64_t i0, int64_t i1) {
-    double s = 0;
-    for (int64_t i = i0; i < i1; ++i) s += double(g[i]) * g[i];
-    part[ti] += s;
+  // Partial sums per fixed chunk, added in chunk order: the norm (and so the whole step) does
+  // not depend on which thread ran which chunk.
+  const int64_t chunk = int64_t{1} << 16;  // fixed: also independent of the thread count
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  std::vector<double> part(static_cast<size_t>(chunks), 0.0);
+  pool.parallel_for(chunks, 1, [&](int, int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double s = 0;
+      for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) s += double(g[i]) * g[i];
+      part[c] = s;
+    }
   });
   double ss = 0;
   for (double s : part) ss += s;
   const double norm = std::sqrt(ss);
   if (max_norm > 0 && norm > max_norm) {
     const float coef = float(max_norm / (norm + 1e-6));
-    pool.parallel_for(n, grain, [&](int, int64_t i0, int64_t i1) {
+    pool.parallel_for(n, chunk, [&](int, int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) g[i] *= coef;
     });
   }
@@ -45,6 +51,14 @@ AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& opts)
              "train: bad AdamW options beta1 ", o_.beta1, ", beta2 ", o_.beta2, ", eps ", o_.eps,
              ", weight_decay ", o_.weight_decay);
   for (const ParamTensor& t : layout.tensors) ranges_.push_back({t.offset, t.numel, t.is_matrix()});
+}
+
+void AdamW::restore(int64_t t, std::vector<float> m, std::vector<float> v) {
+  EFIM_CHECK(t >= 0 && m.size() == m_.size() && v.size() == v_.size(), "train: AdamW state of ",
+             m.size(), " / ", v.size(), " moments at step ", t, ", expected ", m_.size());
+  t_ = t;
+  m_ = std::move(m);
+  v_ = std::move(v);
 }
 
 void AdamW::step(ThreadPool& pool, float* w, const float* g, double lr) {

@@ -40,6 +40,8 @@ class AdamW {
   int64_t steps_taken() const { return t_; }
   const std::vector<float>& m() const { return m_; }
   const std::vector<float>& v() const { return v_; }
+  // Resumes from a checkpoint: t updates taken, moments m and v [layout.total].
+  void restore(int64_t t, std::vector<float> m, std::vector<float> v);
 
  private:
   AdamWOptions o_;

@@ -29,6 +29,31 @@ void tn(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int6
   cpu::train_gemm_serial(TrainGemm{rows, cols, k, a, lda, true, b, ldb, false, c, ldc, acc});
 }
 
+// Max and sum of x[0, n) in 8 independent lanes: one running max (or a double sum) is a serial
+// dependency chain, ~4 cycles per element; lanes let the compiler use vector instructions.
+float row_max(const float* x, int64_t n) {
+  float lane[8];
+  std::fill_n(lane, 8, -INFINITY);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) lane[k] = std::max(lane[k], x[j + k]);
+  float m = -INFINITY;
+  for (int k = 0; k < 8; ++k) m = std::max(m, lane[k]);
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+double row_sum(const float* x, int64_t n) {
+  float lane[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) lane[k] += x[j + k];
+  double s = 0;
+  for (int k = 0; k < 8; ++k) s += lane[k];
+  for (; j < n; ++j) s += x[j];
+  return s;
+}
+
 // Per thread: scores / probabilities and their gradient, [row_block, T] each.
 struct Scratch {
   std::vector<float> p, dp;
@@ -57,12 +82,11 @@ void attention_forward(ThreadPool& pool, const AttentionShape& s, const float* q
           for (int64_t r = 0; r < nr; ++r) {
             float* pr = P + r * T;
             const int64_t n_keys = i0 + r + 1;  // causal: keys 0 .. i
-            float m = -INFINITY;
-            for (int64_t j = 0; j < n_keys; ++j) m = std::max(m, pr[j] *= scale);
+            for (int64_t j = 0; j < n_keys; ++j) pr[j] *= scale;
+            const float m = row_max(pr, n_keys);
             for (int64_t j = 0; j < n_keys; ++j) pr[j] -= m;
             ops::exp_inplace(pr, n_keys);
-            double sum = 0;
-            for (int64_t j = 0; j < n_keys; ++j) sum += pr[j];
+            const double sum = row_sum(pr, n_keys);
             const float inv = float(1.0 / sum);
             for (int64_t j = 0; j < n_keys; ++j) pr[j] *= inv;
             std::fill(pr + n_keys, pr + i1, 0.0f);

@@ -17,6 +17,13 @@ Trainer::Trainer(Params& params, ThreadPool& pool, const TrainOptions& opts)
   EFIM_CHECK(o_.accum >= 1, "train: accum ", o_.accum, " must be >= 1");
 }
 
+void Trainer::restore(int64_t step, int64_t adam_steps, std::vector<float> m,
+                      std::vector<float> v) {
+  EFIM_CHECK(step >= 0, "train: cannot resume at step ", step);
+  adam_.restore(adam_steps, std::move(m), std::move(v));
+  step_ = step;
+}
+
 StepStats Trainer::step(BatchSource& source) {
   const auto t0 = std::chrono::steady_clock::now();
   micro_.resize(static_cast<size_t>(o_.accum));

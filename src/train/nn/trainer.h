@@ -42,6 +42,9 @@ class Trainer {
   Network& network() { return net_; }
   const AdamW& optimizer() const { return adam_; }
   const std::vector<float>& grads() const { return grads_; }
+  int64_t steps_taken() const { return step_; }
+  // Resumes a checkpoint: `step` optimizer steps taken, AdamW at adam_steps with moments m, v.
+  void restore(int64_t step, int64_t adam_steps, std::vector<float> m, std::vector<float> v);
 
  private:
   Params& p_;
