@@ -13,6 +13,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#include "backend/cpu/avx2_transpose.h"
 
 namespace efim::ops::detail {
 
@@ -179,28 +180,14 @@ namespace {
 
 constexpr int64_t KB = kFlashKeyBlock;
 
-// Kt[d, j] = K[j, d] for 8 keys and 8 dimensions (the classic unpack/shuffle/permute transpose).
+// Kt[d, j] = K[j, d] for 8 keys and 8 dimensions.
 inline void transpose8x8(const float* const* rows, int64_t d, float* kt, int64_t j) {
-  __m256 r[8], t[8], u[8];
+  __m256 r[8];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(rows[i] + d);
-#pragma GCC unroll 4
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(kt + (d + i) * KB + j, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
-    _mm256_storeu_ps(kt + (d + i + 4) * KB + j, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
-  }
+  cpu::transpose8x8(r);
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (d + i) * KB + j, r[i]);
 }
 
 // S[r, j] = Q[r] . Kt[:, j] for NR rows and all KB keys, NC * 8 keys per pass.

@@ -30,6 +30,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#include "backend/cpu/avx2_transpose.h"
 
 namespace efim::cpu::detail {
 
@@ -75,26 +76,12 @@ inline __m256i bcast4(const int8_t* p) {
 
 // In-place transpose of an 8 x 8 matrix of 32-bit elements (r[i] = row i -> column i).
 inline void transpose8_epi32(__m256i r[8]) {
-  __m256 v[8], t[8], s[8];
+  __m256 v[8];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) v[i] = _mm256_castsi256_ps(r[i]);
+  transpose8x8(v);
 #pragma GCC unroll 8
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
-  }
-#pragma GCC unroll 8
-  for (int h = 0; h < 8; h += 4) {
-    s[h + 0] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    s[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    s[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    s[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-#pragma GCC unroll 8
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm256_castps_si256(_mm256_permute2f128_ps(s[c], s[c + 4], 0x20));
-    r[c + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(s[c], s[c + 4], 0x31));
-  }
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_castps_si256(v[i]);
 }
 
 // ---- GEMM ----

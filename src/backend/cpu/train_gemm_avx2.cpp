@@ -9,6 +9,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#include "backend/cpu/avx2_transpose.h"
 
 namespace efim::cpu::detail {
 
@@ -52,32 +53,6 @@ void train_micro_avx2(int64_t kc, const float* ap, const float* bp, float* c, in
     for (int j = 0; j < cols; ++j)
       c[i * ldc + j] = accumulate ? c[i * ldc + j] + tmp[i][j] : tmp[i][j];
 }
-
-namespace {
-
-// In-place transpose of the 8 x 8 block r[0..8) (row i on entry, column i on exit).
-inline void transpose8x8(__m256 r[8]) {
-  __m256 t[8], u[8];
-#pragma GCC unroll 4
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-#pragma GCC unroll 2
-  for (int h = 0; h < 8; h += 4) {
-    u[h + 0] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm256_permute2f128_ps(u[c], u[c + 4], 0x20);
-    r[c + 4] = _mm256_permute2f128_ps(u[c], u[c + 4], 0x31);
-  }
-}
-
-}  // namespace
 
 // 8 k values of each of the 6 rows, transposed: column p holds rows 0..7 of k = p0 + p. Each
 // column is stored whole (8 floats at ap + 6 p): its last 2 floats spill into column p + 1, which
