@@ -94,6 +94,11 @@ ServerProcess::ServerProcess(const ServeSpec& spec) : spec_(spec) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // Empty the log before the child exists: a log left by an earlier run (same --out) would
+  // otherwise be read for the port before the child truncates it.
+  const int fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  EFIM_CHECK(fd >= 0, "cannot create the server log ", spec.log_path);
+  ::close(fd);
   pid_ = ::fork();
   EFIM_CHECK(pid_ >= 0, "fork failed for '", spec.exe, " serve'");
   if (pid_ == 0) exec_child(spec.log_path.c_str(), argv);

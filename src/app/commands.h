@@ -16,5 +16,6 @@ void register_data(CLI::App& app);   // efim data ...
 void register_train(CLI::App& app);  // efim train ...
 // `efim bench <workload>`: registered on the `bench` parent command.
 void register_bench_infill(CLI::App& bench);
+void register_eval(CLI::App& app);
 
 }  // namespace efim::app

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   efim::app::register_serve(app);
   efim::app::register_data(app);
   efim::app::register_train(app);
+  efim::app::register_eval(app);
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks of whole workloads");
   bench->require_subcommand(1);
   efim::app::register_bench_infill(*bench);

@@ -60,3 +60,9 @@ for name in names:
     assert texts.count(name) == 2, (name, texts)  # one label per panel
 print("bench infill e2e: reuse", {n: round(by[n]["reuse_rate"], 3) for n in names})
 PY
+# A second run into the same --out: the old server logs (with old ports) must not be read.
+"$EFIM" bench infill "$MODEL" --schemes cache-psm --users 1 --rounds 1 --output-tokens 2 \
+  --min-doc-tokens 300 --max-doc-tokens 600 -t 2 --kv-cache-mb 64 --no-progress \
+  --out "$DIR/out" >"$DIR/stdout2" 2>"$DIR/stderr2" || {
+  echo "second efim bench infill into the same --out failed:"; cat "$DIR/stderr2"; exit 1; }
+grep -q "| cache-psm |" "$DIR/stdout2"
