@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
+#include "../server/server_test_util.h"
 
 namespace efim {
 namespace {
@@ -31,41 +32,15 @@ constexpr int kMaxTokens = 24;
 constexpr size_t kWave = 4;  // clients that connect at once
 constexpr uint32_t kSeed = 20261130;
 
-struct Served {  // model + engine + server; the server listens on its own thread
-  Served() {
-    LoadOptions lo;
-    lo.n_threads = 2;
-    model = Model::load(kModel, lo);
-    tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(GgufFile::open(kModel)));
-    EngineOptions eo;
-    eo.tokenizer = tok.get();
-    eo.kv.n_blocks = 512;  // 8192 token slots: every client fits, no preemption needed
-    // A short pause per step keeps streams open long enough for clients to hang up mid-way.
-    eo.on_step = [](const StepPlan&) { std::this_thread::sleep_for(std::chrono::milliseconds(3)); };
-    engine = std::make_unique<Engine>(*model, eo);
-    ServerOptions so;
-    so.port = 0;
-    so.model_id = "bundled";
-    server = std::make_unique<Server>(*engine, *tok, int32_t(model->config().max_position), so);
-    port = server->bind();
-    thread = std::thread([this] { server->listen(); });
-  }
-  ~Served() {
-    server->stop();
-    thread.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(120, 0);
-    c.set_connection_timeout(30, 0);
-    return c;
-  }
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Server> server;
-  int port = 0;
-  std::thread thread;
+// The bundled model on 2 threads, 512 blocks of 16 (8192 token slots: every client fits, no
+// preemption needed); a short pause per step keeps streams open long enough for clients to
+// hang up mid-way.
+struct Served : servertest::Running {
+  Served()
+      : Running(Model::load(kModel, LoadOptions{.n_threads = 2}),
+                std::make_unique<Tokenizer>(Tokenizer::from_gguf(GgufFile::open(kModel))),
+                {.step_delay_ms = 3, .n_blocks = 512, .block_size = 16, .model_id = "bundled",
+                 .read_timeout_s = 120}) {}
 };
 
 // One client's plan: what it asks for and after how many received pieces it hangs up.

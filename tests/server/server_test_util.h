@@ -26,18 +26,24 @@ struct RunOptions {
   int step_delay_ms = 0;  // > 0 slows every engine step, so a request outlives a client action
   bool prefix_cache = true;
   int max_requests = 64;
+  int32_t n_blocks = 256;
+  int32_t block_size = 2;  // fine-grained prefix reuse, so cached counts are near exact
+  std::string model_id = "tiny";
+  int read_timeout_s = 60;  // of client()
 };
 
 struct Running {  // one model + engine + server; the server listens on its own thread
-  Running(const std::string& dir, const RunOptions& ro = {}) {
-    LoadOptions lo;
-    lo.n_threads = 1;
-    model = Model::load(dir, lo);
-    tok = std::make_unique<Tokenizer>(Tokenizer::from_json_file(dir + "/tokenizer.json"));
+  // A model folder with tokenizer.json (the tiny test models), on one thread.
+  Running(const std::string& dir, const RunOptions& ro = {})
+      : Running(Model::load(dir, LoadOptions{.n_threads = 1}),
+                std::make_unique<Tokenizer>(Tokenizer::from_json_file(dir + "/tokenizer.json")),
+                ro) {}
+  Running(std::unique_ptr<Model> m, std::unique_ptr<Tokenizer> t, const RunOptions& ro = {})
+      : model(std::move(m)), tok(std::move(t)), read_timeout_s(ro.read_timeout_s) {
     EngineOptions eo;
     eo.tokenizer = tok.get();
-    eo.kv.block_size = 2;  // fine-grained prefix reuse, so cached counts are near exact
-    eo.kv.n_blocks = 256;
+    eo.kv.block_size = ro.block_size;
+    eo.kv.n_blocks = ro.n_blocks;
     eo.kv.prefix_cache = ro.prefix_cache;
     if (ro.step_delay_ms > 0)
       eo.on_step = [ms = ro.step_delay_ms](const StepPlan&) {
@@ -48,7 +54,7 @@ struct Running {  // one model + engine + server; the server listens on its own 
     so.port = 0;
     so.infill_mode = ro.mode;
     so.api_key = ro.api_key;
-    so.model_id = "tiny";
+    so.model_id = ro.model_id;
     so.max_concurrent_requests = ro.max_requests;
     server = std::make_unique<Server>(*engine, *tok, int32_t(model->config().max_position), so);
     port = server->bind();
@@ -60,7 +66,8 @@ struct Running {  // one model + engine + server; the server listens on its own 
   }
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(60, 0);
+    c.set_read_timeout(read_timeout_s, 0);
+    c.set_connection_timeout(30, 0);
     return c;
   }
   std::unique_ptr<Model> model;
@@ -68,6 +75,7 @@ struct Running {  // one model + engine + server; the server listens on its own 
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Server> server;
   int port = 0;
+  int read_timeout_s = 60;
   std::thread thread;
 };
 
