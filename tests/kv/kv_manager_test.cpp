@@ -14,11 +14,6 @@ using V = std::vector<int32_t>;
 
 namespace {
 
-V table(const KvManager& kv, SeqId id) {
-  auto t = kv.block_table(id);
-  return {t.begin(), t.end()};
-}
-
 V refs(const KvManager& kv, int32_t n_blocks) {
   V r;
   for (int32_t b = 0; b < n_blocks; ++b) r.push_back(kv.ref_count(b));

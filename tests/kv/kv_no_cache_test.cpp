@@ -14,11 +14,6 @@ using V = std::vector<int32_t>;
 
 namespace {
 
-V table(const KvManager& kv, SeqId id) {
-  auto t = kv.block_table(id);
-  return {t.begin(), t.end()};
-}
-
 KvManager no_cache(int32_t n_blocks, int32_t block_size) {
   return KvManager({.n_blocks = n_blocks, .block_size = block_size, .prefix_cache = false});
 }

@@ -15,6 +15,12 @@
 namespace efim::kvtest {
 
 // h[p] identifies tokens[0..p] (position included by construction).
+// A sequence's block table as a vector (for EXPECT_EQ against exact block ids).
+inline std::vector<int32_t> table(const KvManager& kv, SeqId id) {
+  auto t = kv.block_table(id);
+  return {t.begin(), t.end()};
+}
+
 inline std::vector<uint64_t> prefix_hashes(std::span<const int32_t> tokens) {
   std::vector<uint64_t> h(tokens.size());
   uint64_t x = 0x243f6a8885a308d3ULL;
