@@ -4,7 +4,7 @@
 # the server picks PSM or EFIM per request (--infill-mode auto).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODEL=${EFIM_MODEL:-models/efim-base-py-q8_0.gguf}
+MODEL=${EFIM_MODEL:-models/efim-tiny-q8_0.gguf}
 EFIM=${EFIM_BIN:-build/bin/efim}
 PORT=${EFIM_PORT:-8012}
 echo "efim: serving $MODEL on http://127.0.0.1:$PORT (Ctrl-C to stop). Try:"

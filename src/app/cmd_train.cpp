@@ -13,6 +13,8 @@
 #include "backend/cpu/peak.h"
 #include "base/error.h"
 #include "base/progress.h"
+#include "format/gguf.h"
+#include "model/convert.h"
 #include "train/nn/checkpoint.h"
 #include "train/nn/shard_source.h"
 #include "train/nn/text_source.h"
@@ -22,7 +24,7 @@ namespace efim::app {
 namespace {
 
 struct TrainArgs {
-  std::string model, data, out, save_dtype = "bf16", mask = "all";
+  std::string model, data, out, save_dtype = "bf16", mask = "all", gguf = "q8_0";
   std::string valid, resume, checkpoint_dir, log;
   int64_t eval_every = 0, eval_batches = 8, save_every = 0, stop_at = 0;
   int64_t steps = 100, batch = 8, seq = 1024, accum = 1, warmup = 10;
@@ -244,6 +246,19 @@ void save_checkpoint_now(const TrainArgs& a, const RunState& r, const train::Tra
   std::fprintf(stderr, "checkpoint %s (step %lld)\n", a.checkpoint_dir.c_str(), (long long)st.step);
 }
 
+// The saved HF folder as <out>/model-<dtype>.gguf, the file `efim serve` takes.
+void write_gguf(const std::string& out, const std::string& dtype) {
+  ConvertOptions opts;
+  opts.input_dir = out;
+  opts.output_path = (std::filesystem::path(out) / ("model-" + dtype + ".gguf")).string();
+  opts.out_dtype = dtype_from_name(dtype);
+  Tokenizer tok = load_tokenizer(out);
+  opts.tokenizer_writer = [&tok](GgufWriter& w) { tok.write_gguf_metadata(w); };
+  const ConvertResult c = convert_hf_to_gguf(opts);
+  std::printf("wrote %s: %lld tensors, %s of tensor data\n", opts.output_path.c_str(),
+              static_cast<long long>(c.n_tensors), human_bytes(double(c.tensor_bytes)).c_str());
+}
+
 void run_train(TrainArgs a) {
   EFIM_CHECK(!a.out.empty() && (!a.resume.empty() || (!a.model.empty() && !a.data.empty())),
              "efim train: --model, --data and --out are required (or --resume DIR and --out, or "
@@ -252,6 +267,7 @@ void run_train(TrainArgs a) {
   EFIM_CHECK(a.eval_every == 0 || !a.valid.empty(), "efim train: --eval-every ", a.eval_every,
              " needs --valid");
   const DType save_dtype = dtype_from_name(a.save_dtype);
+  if (a.gguf != "none") (void)dtype_from_name(a.gguf);  // a bad name fails before training
   if (a.checkpoint_dir.empty()) a.checkpoint_dir = a.out + "/checkpoint";
   std::filesystem::create_directories(a.out);
   ThreadPool pool(a.threads > 0 ? a.threads : ThreadPool::default_threads());
@@ -298,6 +314,7 @@ void run_train(TrainArgs a) {
   bar.finish();
   train::save_hf_params(r.p, train::SaveOptions{a.out, save_dtype, r.tok_dir, 0});
   std::printf("saved %s (%s)\n", a.out.c_str(), a.save_dtype.c_str());
+  if (a.gguf != "none") write_gguf(a.out, a.gguf);
 }
 
 }  // namespace
@@ -312,7 +329,7 @@ void register_train(CLI::App& app) {
       "every file under a folder, tokenized canonically, files joined with <eos>).\n"
       "Writes <out>/train_log.jsonl (one JSON line per step, plus valid_loss when evaluated), "
       "checkpoints with --save-every (resume bit-exactly with --resume), and the model as an HF "
-      "folder in --out at the end.\n"
+      "folder in --out at the end, plus <out>/model-<dtype>.gguf for `efim serve` (--gguf).\n"
       "--bench: speed on random tokens (no data, nothing saved), with a per-op breakdown.");
   cmd->add_option("--model", a->model, "HF folder: config.json, safetensors, tokenizer.json");
   cmd->add_option("--data", a->data, "Shard folder (index.json) or text file/folder to train on");
@@ -358,6 +375,10 @@ void register_train(CLI::App& app) {
   cmd->add_option("--attn-block", a->attn_block, "Query rows per attention block (speed)")
       ->capture_default_str();
   cmd->add_option("--save-dtype", a->save_dtype, "bf16 or f32")->capture_default_str();
+  cmd->add_option("--gguf", a->gguf,
+                  "Matrix dtype of <out>/model-<dtype>.gguf written at the end: f32, f16, bf16, "
+                  "q8_0, q4_0, or none")
+      ->capture_default_str();
   cmd->add_flag("--bench", a->bench, "Measure training speed on random tokens");
   cmd->callback([a] {
     if (a->bench) {

@@ -13,7 +13,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-#include "backend/cpu/avx2_transpose.h"
+#include "backend/cpu/avx2_helpers.h"
 
 namespace efim::ops::detail {
 
@@ -21,19 +21,8 @@ namespace {
 
 // ---------------------------------------------------------------- vector helpers
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float hmax(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using cpu::hmax;
+using cpu::hsum;
 
 // exp(x), within 2 ulp over the normal range: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in
 // two parts so n ln2 is exact), exp(r) by a degree-7 polynomial (the classic Cephes expf

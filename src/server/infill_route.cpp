@@ -136,8 +136,13 @@ json timings(const RequestResult& r, size_t n_prompt, bool fill_only) {
 
 json final_body(const std::string& content, const DriveOutcome& o, const Planned& p) {
   const size_t n_prompt = p.request.prompt.size();
-  json j = {{"content", content}, {"tokens_cached", o.result.n_cached},
-            {"tokens_evaluated", n_prompt}, {"truncated", p.truncated}, {"stop", true},
+  const size_t n_predicted = p.fill_only ? 0 : o.result.tokens.size();
+  json j = {{"content", content},
+            {"tokens_cached", o.result.n_cached},
+            {"tokens_evaluated", n_prompt},
+            {"tokens_predicted", n_predicted},
+            {"truncated", p.truncated},
+            {"stop", true},
             {"stop_type", finish_reason(o)},
             {"timings", timings(o.result, n_prompt, p.fill_only)}};
   if (o.result.finish == FinishReason::error) j["error"] = {{"message", o.result.error}};

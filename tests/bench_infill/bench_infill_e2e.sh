@@ -6,7 +6,7 @@
 set -euo pipefail
 EFIM="$1"
 SRC="$(cd "$(dirname "$0")/../.." && pwd)"
-MODEL="$SRC/models/efim-base-py-q8_0.gguf"
+MODEL="$SRC/models/efim-tiny-q8_0.gguf"
 [ -f "$MODEL" ] || { echo "bundled model $MODEL missing"; exit 1; }
 DIR="$(mktemp -d)"
 trap 'rm -rf "$DIR"' EXIT

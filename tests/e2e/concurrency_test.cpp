@@ -26,7 +26,7 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-const std::string kModel = std::string(EFIM_SOURCE_DIR) + "/models/efim-base-py-q8_0.gguf";
+const std::string kModel = std::string(EFIM_SOURCE_DIR) + "/models/efim-tiny-q8_0.gguf";
 constexpr int kClients = 32;
 constexpr int kMaxTokens = 24;
 constexpr uint32_t kSeed = 20261130;

@@ -2,6 +2,7 @@
 # sure none outlives the test.
 #   e2e_init EFIM_BINARY       checks the binary and the bundled model, sets EFIM, MODEL, E2E_DIR
 #   e2e_start NAME ARGS...     `efim serve MODEL --port 0 ARGS...`; sets NAME_PORT, NAME_PID
+#   e2e_start_cmd NAME CMD...  the same for a command that execs `efim serve ... --port 0`
 #   e2e_fail MESSAGE           prints the message and every server log, exits 1
 # Ports: --port 0 lets the kernel pick a free one; the server prints it in its log line
 # "efim: serving ... on http://H:P (...)", which e2e_start parses. Cleanup: an EXIT trap stops
@@ -45,7 +46,7 @@ e2e_init() {
   local src
   src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
   E2E_SRC="$src"
-  MODEL="$src/models/efim-base-py-q8_0.gguf"
+  MODEL="$src/models/efim-tiny-q8_0.gguf"
   E2E_DIR="$(mktemp -d "${TMPDIR:-/tmp}/efim-e2e-XXXXXX")"
   [ -x "$EFIM" ] || e2e_fail "efim binary '$EFIM' is missing or not executable"
   [ -f "$MODEL" ] || e2e_fail "bundled model '$MODEL' is missing"
@@ -59,9 +60,15 @@ e2e_log_port() {
 
 e2e_start() {
   local name="$1"; shift
+  e2e_start_cmd "$name" "$EFIM" serve "$MODEL" --host 127.0.0.1 --port 0 --threads 1 "$@"
+}
+
+# Like e2e_start, for any command that ends up running `efim serve --port 0` (e.g. the script
+# behind `make serve`): its stderr is the log the port is read from.
+e2e_start_cmd() {
+  local name="$1"; shift
   local log="$E2E_DIR/$name.log"
-  timeout --kill-after=5 "$E2E_SERVER_LIFE_S" \
-    "$EFIM" serve "$MODEL" --host 127.0.0.1 --port 0 --threads 1 "$@" 2>"$log" >/dev/null &
+  timeout --kill-after=5 "$E2E_SERVER_LIFE_S" "$@" 2>"$log" >/dev/null &
   local pid=$!
   E2E_PIDS+=("$pid")
   local port=""

@@ -75,6 +75,7 @@ void infill_rounds(const std::string& dir, InfillMode mode, bool expect_reuse) {
   json r1 = post(c, "/infill", req);
   ASSERT_TRUE(r1.contains("content"));
   EXPECT_EQ(r1["timings"]["predicted_n"].get<int>() > 0, true);
+  EXPECT_EQ(r1["tokens_predicted"], r1["timings"]["predicted_n"]);
   req["input_prefix"] = p2;
   json r2 = post(c, "/infill", req);
   // Round 1's PSM prompt: where its prefix and its suffix end.
@@ -110,6 +111,7 @@ TEST_F(ServerTest, InfillStreamAndFillOnly) {
   json req = {{"input_prefix", "x = "}, {"input_suffix", "\n"}, {"n_predict", 0}};
   json fill = post(c, "/infill", req);
   EXPECT_EQ(fill["content"], "");
+  EXPECT_EQ(fill["tokens_predicted"], 0);
   req["n_predict"] = 5;
   req["stream"] = true;
   auto r = c.Post("/infill", req.dump(), "application/json");

@@ -25,6 +25,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#include "backend/cpu/avx2_helpers.h"
 
 namespace efim::cpu::detail {
 
@@ -64,36 +65,6 @@ inline float load1(const uint8_t* row, int64_t k) {
   }
 }
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// In-place transpose of an 8 x 8 block held in 8 registers (r[i] = row i on entry, column i
-// on exit).
-inline void transpose8(__m256 r[8]) {
-  __m256 t[8], s[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // r_i c0, r_i+1 c0, r_i c1, r_i+1 c1 | c4 c5
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // same for c2, c3 | c6, c7
-  }
-#pragma GCC unroll 8
-  for (int h = 0; h < 8; h += 4) {  // rows 0-3, then rows 4-7
-    s[h + 0] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));      // c0 | c4
-    s[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));      // c1 | c5
-    s[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));  // c2 | c6
-    s[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));  // c3 | c7
-  }
-#pragma GCC unroll 8
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm256_permute2f128_ps(s[c], s[c + 4], 0x20);
-    r[c + 4] = _mm256_permute2f128_ps(s[c], s[c + 4], 0x31);
-  }
-}
-
 // panel[k][16] = rows[0..nr) of W in f32, columns beyond nr zero. rows[j] is row j's start.
 template <DType T>
 void pack_panel(const uint8_t* const* rows, int nr, int64_t k, float* panel) {
@@ -106,7 +77,7 @@ void pack_panel(const uint8_t* const* rows, int nr, int64_t k, float* panel) {
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j)
         v[j] = h + j < nr ? load8<T>(rows[h + j], kk) : _mm256_setzero_ps();
-      transpose8(v);
+      transpose8x8(v);
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) _mm256_storeu_ps(panel + (kk + t) * kNR + h, v[t]);
     }

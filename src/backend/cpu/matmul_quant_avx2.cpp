@@ -30,7 +30,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
-#include "backend/cpu/avx2_transpose.h"
+#include "backend/cpu/avx2_helpers.h"
 
 namespace efim::cpu::detail {
 
@@ -40,20 +40,6 @@ constexpr int kNR = 8;  // weight rows per interleaved panel
 constexpr int kMR = 4;  // x rows per micro-tile
 constexpr int64_t kGemmMinRows = 3;
 constexpr int kPanelBlockBytes = kNR * kQBlock;  // 256 bytes per block of a panel
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline int32_t hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
-}
 
 inline float f16(uint16_t h) {
   return _cvtsh_ss(h);

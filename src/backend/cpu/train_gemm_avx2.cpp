@@ -9,7 +9,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-#include "backend/cpu/avx2_transpose.h"
+#include "backend/cpu/avx2_helpers.h"
 
 namespace efim::cpu::detail {
 

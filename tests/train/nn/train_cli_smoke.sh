@@ -70,14 +70,22 @@ PYEOF
 grep -q -i "llama" "$TMP/inspect.txt" || fail "inspect does not show a llama model: $(cat "$TMP/inspect.txt")"
 "$EFIM" generate "$TMP/out" "def add" -n 8 --temp 0 > "$TMP/gen.txt" || fail "efim generate"
 [ -s "$TMP/gen.txt" ] || fail "efim generate printed nothing"
+# ... and so is the GGUF written beside it (Q8_0 by default), the file `efim serve` takes.
+GGUF="$TMP/out/model-q8_0.gguf"
+[ -f "$GGUF" ] || fail "no $GGUF after training"
+"$EFIM" inspect "$GGUF" > "$TMP/inspect_gguf.txt" || fail "efim inspect on the GGUF"
+grep -q -i "q8_0" "$TMP/inspect_gguf.txt" || fail "GGUF is not Q8_0: $(cat "$TMP/inspect_gguf.txt")"
+"$EFIM" generate "$GGUF" "def add" -n 8 --temp 0 > "$TMP/gen_gguf.txt" || fail "efim generate on the GGUF"
+[ -s "$TMP/gen_gguf.txt" ] || fail "efim generate on the GGUF printed nothing"
 
 # Resume: 10 steps, checkpoint, resume to 20 (on 2 threads) == the straight run, bit for bit.
-"$EFIM" train "${ARGS[@]}" --out "$TMP/a" --stop-at 10 --save-every 10 >/dev/null \
+"$EFIM" train "${ARGS[@]}" --out "$TMP/a" --stop-at 10 --save-every 10 --gguf none >/dev/null \
   || fail "efim train --stop-at 10"
 [ -f "$TMP/a/checkpoint/state.json" ] || fail "no checkpoint after --stop-at 10"
-"$EFIM" train --resume "$TMP/a/checkpoint" --out "$TMP/b" --threads 2 >/dev/null \
+"$EFIM" train --resume "$TMP/a/checkpoint" --out "$TMP/b" --threads 2 --gguf none >/dev/null \
   || fail "efim train --resume"
 cmp "$TMP/out/model.safetensors" "$TMP/b/model.safetensors" \
   || fail "resumed weights differ from the straight run"
 [ "$(grep -c '"loss"' "$TMP/b/train_log.jsonl")" = 10 ] || fail "resumed log should hold steps 11..20"
+[ ! -e "$TMP/b/model-q8_0.gguf" ] || fail "--gguf none still wrote a GGUF"
 echo "train CLI smoke: OK"
