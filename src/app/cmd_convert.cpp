@@ -5,8 +5,6 @@
 #include "app/commands.h"
 #include "app/loaded.h"
 #include "base/progress.h"
-#include "format/gguf.h"
-#include "model/convert.h"
 
 namespace efim::app {
 namespace {
@@ -16,20 +14,7 @@ struct ConvertArgs {
 };
 
 void run_convert(const ConvertArgs& a) {
-  ConvertOptions opts;
-  opts.input_dir = a.input;
-  opts.output_path = a.output;
-  opts.out_dtype = dtype_from_name(a.dtype);
-  Tokenizer tok = load_tokenizer(a.input);
-  opts.tokenizer_writer = [&tok](GgufWriter& w) { tok.write_gguf_metadata(w); };
-  std::unique_ptr<ProgressBar> bar;
-  opts.progress = [&bar](int64_t done, int64_t total, const std::string& name) {
-    if (!bar) bar = std::make_unique<ProgressBar>(total, ProgressOptions{"converting", "tensors"});
-    bar->set_note(name);
-    bar->update(static_cast<uint64_t>(done));
-  };
-  ConvertResult r = convert_hf_to_gguf(opts);
-  bar.reset();
+  const ConvertResult r = convert_folder_to_gguf(a.input, a.output, dtype_from_name(a.dtype), true);
   std::printf("wrote %s: %lld tensors, %s of tensor data (%s)\n", a.output.c_str(),
               static_cast<long long>(r.n_tensors), human_bytes(double(r.tensor_bytes)).c_str(),
               r.config.summary().c_str());

@@ -13,8 +13,6 @@
 #include "backend/cpu/peak.h"
 #include "base/error.h"
 #include "base/progress.h"
-#include "format/gguf.h"
-#include "model/convert.h"
 #include "train/nn/checkpoint.h"
 #include "train/nn/shard_source.h"
 #include "train/nn/text_source.h"
@@ -248,14 +246,9 @@ void save_checkpoint_now(const TrainArgs& a, const RunState& r, const train::Tra
 
 // The saved HF folder as <out>/model-<dtype>.gguf, the file `efim serve` takes.
 void write_gguf(const std::string& out, const std::string& dtype) {
-  ConvertOptions opts;
-  opts.input_dir = out;
-  opts.output_path = (std::filesystem::path(out) / ("model-" + dtype + ".gguf")).string();
-  opts.out_dtype = dtype_from_name(dtype);
-  Tokenizer tok = load_tokenizer(out);
-  opts.tokenizer_writer = [&tok](GgufWriter& w) { tok.write_gguf_metadata(w); };
-  const ConvertResult c = convert_hf_to_gguf(opts);
-  std::printf("wrote %s: %lld tensors, %s of tensor data\n", opts.output_path.c_str(),
+  const std::string path = (std::filesystem::path(out) / ("model-" + dtype + ".gguf")).string();
+  const ConvertResult c = convert_folder_to_gguf(out, path, dtype_from_name(dtype), false);
+  std::printf("wrote %s: %lld tensors, %s of tensor data\n", path.c_str(),
               static_cast<long long>(c.n_tensors), human_bytes(double(c.tensor_bytes)).c_str());
 }
 

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include <fstream>
+#include <memory>
 #include <vector>
 
 #include "base/error.h"
@@ -25,6 +26,24 @@ Tokenizer load_tokenizer(const std::string& path) {
   EFIM_CHECK(fs::is_regular_file(json), "'", path,
              "' is neither a .gguf file, a tokenizer.json nor a folder with tokenizer.json");
   return Tokenizer::from_json_file(json.string());
+}
+
+ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
+                                     DType dtype, bool progress_bar) {
+  ConvertOptions opts;
+  opts.input_dir = hf_dir;
+  opts.output_path = gguf_path;
+  opts.out_dtype = dtype;
+  Tokenizer tok = load_tokenizer(hf_dir);
+  opts.tokenizer_writer = [&tok](GgufWriter& w) { tok.write_gguf_metadata(w); };
+  std::unique_ptr<ProgressBar> bar;
+  if (progress_bar)
+    opts.progress = [&bar](int64_t done, int64_t total, const std::string& name) {
+      if (!bar) bar = std::make_unique<ProgressBar>(total, ProgressOptions{"converting", "tensors"});
+      bar->set_note(name);
+      bar->update(static_cast<uint64_t>(done));
+    };
+  return convert_hf_to_gguf(opts);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "model/convert.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,6 +20,11 @@ struct LoadedModel {
   Tokenizer tokenizer;
 };
 LoadedModel load_model(const std::string& path, int n_threads);
+
+// A HF folder (config.json, safetensors, tokenizer.json) as a GGUF with the tokenizer's
+// metadata, matrices in `dtype`, with a progress bar when `progress_bar` is set.
+ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
+                                     DType dtype, bool progress_bar);
 
 // Reads --text or --file (exactly one must be given).
 std::string text_argument(const std::string& text, const std::string& file, const char* what);
