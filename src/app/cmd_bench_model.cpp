@@ -29,6 +29,7 @@ struct BenchArgs {
   std::string json_out;
   int prompt_len = 256, gen = 64, reps = 3, threads = 2;
   bool no_peer = false;
+  bool mmap = false;  // weights mapped from the page cache instead of copied into huge pages
 };
 
 struct Speed {
@@ -120,8 +121,10 @@ void run_bench(const BenchArgs& a) {
   ThreadPool probe(a.threads);
   double peak_gflops = cpu::measure_fma_peak_gflops(probe);
   double bandwidth_gbs = cpu::measure_memory_bandwidth_gbs(probe);
-  std::printf("machine: FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s (%d threads)\n\n",
+  std::printf("machine: FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s (%d threads)\n",
               peak_gflops, bandwidth_gbs, a.threads);
+  std::printf("efim weights: %s\n\n", a.mmap ? "mapped from the page cache (--mmap)"
+                                            : "copied into transparent huge pages");
   std::printf("| model | dtype | test | efim tok/s | llama.cpp tok/s | ratio | efim share of peak |\n"
               "|---|---|---|---|---|---|---|\n");
   nlohmann::json report = nlohmann::json::array();
@@ -130,6 +133,7 @@ void run_bench(const BenchArgs& a) {
                path, "'");
     LoadOptions lo;
     lo.n_threads = a.threads;
+    lo.huge_pages = !a.mmap;
     auto model = Model::load(path, lo);
     ModelCost cost = model_cost(path, model->config(), a.prompt_len);
     std::mt19937 rng(0);
@@ -164,7 +168,7 @@ void run_bench(const BenchArgs& a) {
                       {"decode_tps", e_tg}, {"peer_prefill_tps", p_pp}, {"peer_decode_tps", p_tg},
                       {"prefill_share_of_fma_peak", pp_share},
                       {"decode_share_of_bandwidth", tg_share}, {"fma_peak_gflops", peak_gflops},
-                      {"bandwidth_gbs", bandwidth_gbs}, {"threads", a.threads},
+                      {"bandwidth_gbs", bandwidth_gbs}, {"threads", a.threads}, {"huge_pages", !a.mmap},
                       {"prompt_len", a.prompt_len}, {"gen", a.gen}, {"reps", a.reps}});
   }
   if (!a.json_out.empty()) std::ofstream(a.json_out) << report.dump(1) << "\n";
@@ -178,6 +182,9 @@ void register_bench_model(CLI::App& app) {
   cmd->add_option("models", a->models, "GGUF files")->required();
   cmd->add_option("--peer", a->peer, "llama_ref harness")->capture_default_str();
   cmd->add_flag("--no-peer", a->no_peer, "Measure efim only");
+  cmd->add_flag("--mmap", a->mmap,
+                "Map efim's weights from the page cache (as llama.cpp does) instead of copying "
+                "them into transparent huge pages");
   cmd->add_option("--prompt-len", a->prompt_len, "Prefill tokens")->capture_default_str();
   cmd->add_option("--gen", a->gen, "Decoded tokens")->capture_default_str();
   cmd->add_option("--reps", a->reps, "Repetitions (median)")->capture_default_str();

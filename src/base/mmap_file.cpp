@@ -14,7 +14,35 @@
 
 namespace efim {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+namespace {
+
+// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
+size_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+// Reads size bytes of fd into dst; false on a read error or a short file.
+bool read_all(int fd, uint8_t* dst, size_t size) {
+  size_t done = 0;
+  errno = 0;
+  while (done < size) {
+    const ssize_t r = ::pread(fd, dst + done, size - done, static_cast<off_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    done += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+}  // namespace
+
+MappedFile::MappedFile(const std::string& path, MapMode mode) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   EFIM_CHECK(fd >= 0, "cannot open '", path, "': ", std::strerror(errno));
   struct stat st {};
@@ -28,6 +56,29 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     fail("'", path, "' is not a regular file");
   }
   size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0 && mode == MapMode::kPrivateHugePages && size_ <= mem_available_bytes() / 2) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t len = (size_ + kHuge - 1) / kHuge * kHuge;
+    void* region =
+        ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (region != MAP_FAILED) {
+      const uintptr_t base = reinterpret_cast<uintptr_t>(region);
+      auto* aligned = reinterpret_cast<uint8_t*>((base + kHuge - 1) / kHuge * kHuge);
+      ::madvise(aligned, len, MADV_HUGEPAGE);  // advice only: 4 KB pages still work
+      if (!read_all(fd, aligned, size_)) {
+        const int e = errno;
+        ::munmap(region, len + kHuge);
+        ::close(fd);
+        fail("cannot read '", path, "' (", size_, " bytes): ", e ? std::strerror(e) : "short read");
+      }
+      ::mprotect(aligned, len, PROT_READ);
+      ::close(fd);
+      region_ = region;
+      region_size_ = len + kHuge;
+      data_ = aligned;
+      return;
+    }
+  }
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
@@ -39,12 +90,20 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   }
 }
 
-MappedFile::~MappedFile() { reset(); }
+MappedFile::~MappedFile() {
+  reset();
+}
 
 MappedFile::MappedFile(MappedFile&& o) noexcept
-    : path_(std::move(o.path_)), data_(o.data_), size_(o.size_) {
+    : path_(std::move(o.path_)),
+      data_(o.data_),
+      size_(o.size_),
+      region_(o.region_),
+      region_size_(o.region_size_) {
   o.data_ = nullptr;
   o.size_ = 0;
+  o.region_ = nullptr;
+  o.region_size_ = 0;
 }
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
@@ -53,16 +112,25 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     path_ = std::move(o.path_);
     data_ = o.data_;
     size_ = o.size_;
+    region_ = o.region_;
+    region_size_ = o.region_size_;
     o.data_ = nullptr;
     o.size_ = 0;
+    o.region_ = nullptr;
+    o.region_size_ = 0;
   }
   return *this;
 }
 
 void MappedFile::reset() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (region_)
+    ::munmap(region_, region_size_);
+  else if (data_)
+    ::munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;
   size_ = 0;
+  region_ = nullptr;
+  region_size_ = 0;
 }
 
 std::string read_file(const std::string& path) {

@@ -259,8 +259,8 @@ GgufFile GgufFile::parse(const uint8_t* bytes, size_t size, const std::string& l
   return f;
 }
 
-GgufFile GgufFile::open(const std::string& path) {
-  MappedFile mapped(path);
+GgufFile GgufFile::open(const std::string& path, MapMode mode) {
+  MappedFile mapped(path, mode);
   // The mapping's address survives the move into `f`, so views into it stay valid.
   GgufFile f = parse(mapped.data(), mapped.size(), path);
   f.file_ = std::move(mapped);

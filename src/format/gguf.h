@@ -76,7 +76,7 @@ struct GgufTensorInfo {
 class GgufFile : public TensorSource {
  public:
   // Maps and validates the file; throws Error naming the field, offset and values on any defect.
-  static GgufFile open(const std::string& path);
+  static GgufFile open(const std::string& path, MapMode mode = MapMode::kShared);
   // Parses an in-memory image (for fuzzing and tests); `bytes` must outlive the object.
   static GgufFile parse(const uint8_t* bytes, size_t size, const std::string& label);
 

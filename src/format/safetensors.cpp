@@ -174,8 +174,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::parse(const uint8_t* bytes, si
   return f;
 }
 
-std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  MappedFile mapped(path);
+std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, MapMode mode) {
+  MappedFile mapped(path, mode);
   auto f = parse(mapped.data(), mapped.size(), path);
   f->file_ = std::move(mapped);  // the mapping's address is unchanged by the move
   return f;
@@ -223,14 +223,14 @@ std::map<std::string, std::string> read_weight_map(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<SafetensorsFolder> SafetensorsFolder::open(const std::string& dir) {
+std::unique_ptr<SafetensorsFolder> SafetensorsFolder::open(const std::string& dir, MapMode mode) {
   auto folder = std::unique_ptr<SafetensorsFolder>(new SafetensorsFolder());
   const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
   const fs::path single_path = fs::path(dir) / "model.safetensors";
   if (!fs::exists(index_path)) {
     EFIM_CHECK(fs::exists(single_path), "safetensors folder '", dir,
                "': has neither model.safetensors nor model.safetensors.index.json");
-    folder->shards_.push_back(SafetensorsFile::open(single_path.string()));
+    folder->shards_.push_back(SafetensorsFile::open(single_path.string(), mode));
     for (const auto& n : folder->shards_[0]->tensor_names()) {
       folder->where_.emplace(n, 0);
       folder->names_.push_back(n);
@@ -248,7 +248,7 @@ std::unique_ptr<SafetensorsFolder> SafetensorsFolder::open(const std::string& di
     EFIM_CHECK(fs::is_regular_file(p), pre, ": names shard '", file, "' which does not exist");
     shard_of_file.emplace(file, folder->shards_.size());
     shard_files.push_back(file);
-    folder->shards_.push_back(SafetensorsFile::open(p.string()));
+    folder->shards_.push_back(SafetensorsFile::open(p.string(), mode));
   }
   for (size_t s = 0; s < folder->shards_.size(); ++s)
     for (const auto& n : folder->shards_[s]->tensor_names()) {

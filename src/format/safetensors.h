@@ -17,7 +17,8 @@ namespace efim {
 
 class SafetensorsFile : public TensorSource {
  public:
-  static std::unique_ptr<SafetensorsFile> open(const std::string& path);
+  static std::unique_ptr<SafetensorsFile> open(const std::string& path,
+                                               MapMode mode = MapMode::kShared);
   // For fuzzing and tests; `bytes` must outlive the object.
   static std::unique_ptr<SafetensorsFile> parse(const uint8_t* bytes, size_t size,
                                                 const std::string& label);
@@ -36,7 +37,8 @@ class SafetensorsFile : public TensorSource {
 // A folder: model.safetensors, or model.safetensors.index.json with its shards.
 class SafetensorsFolder : public TensorSource {
  public:
-  static std::unique_ptr<SafetensorsFolder> open(const std::string& dir);
+  static std::unique_ptr<SafetensorsFolder> open(const std::string& dir,
+                                                 MapMode mode = MapMode::kShared);
   std::vector<std::string> tensor_names() const override;
   std::optional<TensorView> find(const std::string& name) const override;
 

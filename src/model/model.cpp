@@ -61,6 +61,10 @@ bool has_gguf_magic(const std::string& path) {
   return f.read(magic, 4) && std::string(magic, 4) == "GGUF";
 }
 
+MapMode map_mode(const LoadOptions& o) {
+  return o.huge_pages ? MapMode::kPrivateHugePages : MapMode::kShared;
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opts) {
@@ -68,14 +72,14 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     ModelConfig c = config_from_hf_file((fs::path(path) / "config.json").string());
-    std::unique_ptr<TensorSource> src = SafetensorsFolder::open(path);
+    std::unique_ptr<TensorSource> src = SafetensorsFolder::open(path, map_mode(opts));
     return from_source(c, std::move(src), WeightNaming::HF, opts);
   }
   EFIM_CHECK(fs::is_regular_file(path, ec), "model: ", path,
              " is neither a model folder nor a file");
   EFIM_CHECK(has_gguf_magic(path), "model: ", path,
              " is not a GGUF file (expected a .gguf file or a Hugging Face folder)");
-  auto gguf = std::make_unique<GgufFile>(GgufFile::open(path));
+  auto gguf = std::make_unique<GgufFile>(GgufFile::open(path, map_mode(opts)));
   ModelConfig c = config_from_gguf(*gguf);
   return from_source(c, std::move(gguf), WeightNaming::GGUF, opts);
 }

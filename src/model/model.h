@@ -21,6 +21,9 @@ struct LoadOptions {
   // Use the scalar cpu::matmul_reference (exact f32 products of the stored weights, no
   // activation quantization): slow, for tests and debugging.
   bool reference_matmul = false;
+  // Read the weight files into transparent huge pages (MapMode::kPrivateHugePages: fewer TLB
+  // misses when decode streams the weights) instead of mapping them from the page cache.
+  bool huge_pages = true;
 };
 
 class Model {

@@ -4,9 +4,13 @@
 #include <chrono>
 #include <thread>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "base/mmap_file.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
 
@@ -63,4 +67,43 @@ TEST(ThreadPool, ManyTinyJobsBackToBack) {
     if (rep % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   EXPECT_EQ(sum.load(), 3000 * 8);
+}
+
+// Both map modes give the file's exact bytes; the huge-page copy is 2 MB aligned, private, and
+// survives moves; errors name the path.
+TEST(MappedFile, HugePageCopyEqualsTheFile) {
+  const std::string path = ::testing::TempDir() + "/efim_mapped_file_test.bin";
+  std::string bytes(3 * 1024 * 1024 + 17, '\0');  // not a multiple of the page size
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 131 + 7) % 251);
+  efim::write_file(path, bytes);
+
+  efim::MappedFile shared(path);
+  efim::MappedFile copy(path, efim::MapMode::kPrivateHugePages);
+  ASSERT_EQ(shared.size(), bytes.size());
+  ASSERT_EQ(copy.size(), bytes.size());
+  EXPECT_FALSE(shared.is_private_copy());
+  EXPECT_TRUE(copy.is_private_copy());  // 3 MB is far below half of any test machine's memory
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(copy.data()) % (2u << 20), 0u);
+  EXPECT_EQ(0, std::memcmp(shared.data(), bytes.data(), bytes.size()));
+  EXPECT_EQ(0, std::memcmp(copy.data(), bytes.data(), bytes.size()));
+
+  efim::MappedFile moved(std::move(copy));
+  EXPECT_EQ(copy.data(), nullptr);
+  EXPECT_TRUE(moved.is_private_copy());
+  EXPECT_EQ(0, std::memcmp(moved.data(), bytes.data(), bytes.size()));
+  moved = efim::MappedFile(path);  // releases the copy, takes a shared mapping
+  EXPECT_FALSE(moved.is_private_copy());
+  EXPECT_EQ(0, std::memcmp(moved.data(), bytes.data(), bytes.size()));
+
+  efim::write_file(path, "");
+  efim::MappedFile empty(path, efim::MapMode::kPrivateHugePages);
+  EXPECT_EQ(empty.size(), 0u);
+  EXPECT_EQ(empty.data(), nullptr);
+  std::remove(path.c_str());
+  try {
+    efim::MappedFile missing(path, efim::MapMode::kPrivateHugePages);
+    FAIL() << "no error for a missing file";
+  } catch (const efim::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
 }
