@@ -146,6 +146,7 @@ void expect_close_to_reference(const Problem& p, const std::vector<float>& y,
 
 const Shape kShapes[] = {
     {1, 64, 7},
+    {1, 96, 21},
     {1, 768, 130},
     {2, 96, 13},
     {3, 128, 33},
@@ -196,7 +197,8 @@ TEST_P(MatmulDtype, EveryVariantMatchesReference) {
 TEST_P(MatmulDtype, OddK) {
   const DType t = GetParam();
   if (dtype_info(t).block_elems != 1) return;  // block formats cannot have odd k
-  for (Shape s : {Shape{1, 37, 9}, Shape{2, 13, 5}, Shape{9, 37, 19}, Shape{6, 7, 33}}) {
+  for (Shape s : {Shape{1, 37, 9}, Shape{1, 45, 11}, Shape{2, 13, 5}, Shape{9, 37, 19},
+                  Shape{6, 7, 33}}) {
     const Problem p = make_problem(s, t, 99);
     for (CpuKernel kernel : variants())
       expect_close_to_reference(
