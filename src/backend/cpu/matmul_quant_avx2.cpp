@@ -19,9 +19,9 @@
 //
 // GEMV (m < kGemmMinRows, decode): W is streamed once in its file layout; a block dot is
 // maddubs + madd scaled by d_w * d_x. One row of x (single-sequence decode): weight rows one
-// after another, so each thread reads one sequential stream (with it, efim-base-py Q8_0 decode
-// went from 1.11-1.36x to 1.64-1.89x llama.cpp in same-run comparisons on a 2-core Zen VM).
-// 2-7 rows of x: 4 weight rows at a time sharing each loaded x block.
+// after another, so each thread reads one sequential stream (with it and huge-page weights,
+// efim-base-py Q8_0 decode went from 1.11-1.36x to 1.64-1.89x llama.cpp in same-run comparisons on
+// a 2-core Zen VM). 2-7 rows of x: 4 weight rows at a time sharing each loaded x block.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -316,8 +316,7 @@ void gemv_4rows(const QuantizedRows& a, int64_t i0, const uint8_t* const rows[4]
 template <DType T>
 inline __m256 block_dot(const QuantizedRows& a, const uint8_t* row, int64_t b) {
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i xv =
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + b * kQBlock));
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + b * kQBlock));
   __m256i dot;
   float dw;
   if constexpr (T == DType::Q4_0) {
