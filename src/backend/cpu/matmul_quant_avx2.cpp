@@ -253,57 +253,68 @@ void gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float
 
 // ---- GEMV ----
 
+// Block b of a weight row: its quants (Q4_0 nibbles unpacked to 0..15) and, in dw, its scale.
+template <DType T>
+inline __m256i load_weight_block(const uint8_t* row, int64_t b, float& dw) {
+  if constexpr (T == DType::Q4_0) {
+    const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+    dw = f16(blk->d);
+    return unpack_q4(blk->qs);
+  } else {
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+    dw = f16(blk->d);
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+  }
+}
+
+// Integer dot of one weight block with one block of x quants, in 8 int32 lanes whose sum is
+// the dot. x_sum: the sum of the x block's quants (Q4_0's -8 offset: one lane carries
+// 8 * x_sum, the lane sum is what counts).
+template <DType T>
+inline __m256i block_idot(__m256i wq, __m256i xv, int32_t x_sum) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (T == DType::Q4_0) {
+    return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wq, xv), ones),
+                            _mm256_castsi128_si256(_mm_cvtsi32_si128(8 * x_sum)));
+  } else {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)),
+                             ones);
+  }
+}
+
 // out[i][r] = x row i . weight row r for MX (1 or 2) x rows and 4 weight rows.
 template <DType T, int MX>
 void gemv_4rows(const QuantizedRows& a, int64_t i0, const uint8_t* const rows[4], int64_t prefetch,
                 float out[MX][4]) {
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[4][MX];  // all loops over r and i unrolled: acc stays in registers
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r)
 #pragma GCC unroll 2
     for (int i = 0; i < MX; ++i) acc[r][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < a.nb; ++b) {
-    __m256i xv[MX], corr[MX];
+    __m256i xv[MX];
     float dx[MX];
+    int32_t xsum[MX];
 #pragma GCC unroll 2
     for (int i = 0; i < MX; ++i) {
       const size_t ib = static_cast<size_t>((i0 + i) * a.nb + b);
       xv[i] = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(a.q.data() + (i0 + i) * a.k + b * kQBlock));
       dx[i] = a.d[ib];
-      // Q4_0's -8 offset: one lane carries 8 * sum(x quants), the lane sum is what counts.
-      if constexpr (T == DType::Q4_0)
-        corr[i] = _mm256_castsi128_si256(_mm_cvtsi32_si128(8 * a.sum[ib]));
+      xsum[i] = a.sum[ib];
     }
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
-      float dw;
-      __m256i wq;
       // Short rows defeat the hardware prefetcher: fetch the rows `prefetch` bytes ahead.
       _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + prefetch +
                        b * int64_t{T == DType::Q4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0)},
                    _MM_HINT_T0);
-      if constexpr (T == DType::Q4_0) {
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
-        wq = unpack_q4(blk->qs);
-        dw = f16(blk->d);
-      } else {
-        const auto* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
-        wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-        dw = f16(blk->d);
-      }
-      const __m256i aw = T == DType::Q4_0 ? wq : _mm256_abs_epi8(wq);
+      float dw;
+      const __m256i wq = load_weight_block<T>(rows[r], b, dw);
 #pragma GCC unroll 2
-      for (int i = 0; i < MX; ++i) {
-        __m256i dot;
-        if constexpr (T == DType::Q4_0) {
-          dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv[i]), ones), corr[i]);
-        } else {
-          dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[i], wq)), ones);
-        }
-        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * dx[i]), acc[r][i]);
-      }
+      for (int i = 0; i < MX; ++i)
+        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_idot<T>(wq, xv[i], xsum[i])),
+                                    _mm256_set1_ps(dw * dx[i]), acc[r][i]);
     }
   }
 #pragma GCC unroll 4
@@ -312,28 +323,14 @@ void gemv_4rows(const QuantizedRows& a, int64_t i0, const uint8_t* const rows[4]
     for (int i = 0; i < MX; ++i) out[i][r] = hsum(acc[r][i]);
 }
 
-// Block b of weight row `row` . block b of x row 0, times both scales, in 8 f32 lanes.
+// acc + (weight block b of `row` . block b of x row 0) * d_w * d_x, in 8 f32 lanes.
 template <DType T>
-inline __m256 block_dot(const QuantizedRows& a, const uint8_t* row, int64_t b) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + b * kQBlock));
-  __m256i dot;
+inline __m256 block_fma(const QuantizedRows& a, const uint8_t* row, int64_t b, __m256 acc) {
   float dw;
-  if constexpr (T == DType::Q4_0) {
-    const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-    dw = f16(blk->d);
-    // Q4_0's -8 offset: one lane carries 8 * sum(x quants), the lane sum is what counts.
-    const __m256i corr = _mm256_castsi128_si256(_mm_cvtsi32_si128(8 * a.sum[b]));
-    dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(unpack_q4(blk->qs), xv), ones),
-                           corr);
-  } else {
-    const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-    dw = f16(blk->d);
-    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-    dot = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)),
-                            ones);
-  }
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * a.d[b]));
+  const __m256i wq = load_weight_block<T>(row, b, dw);
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + b * kQBlock));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_idot<T>(wq, xv, a.sum[b])),
+                         _mm256_set1_ps(dw * a.d[b]), acc);
 }
 
 // Decode (one row of x): one weight row at a time, so a thread's reads form one sequential
@@ -347,10 +344,10 @@ float dot_row(const QuantizedRows& a, const uint8_t* row, int64_t prefetch) {
   for (; b + 2 <= a.nb; b += 2) {
     if (prefetch)
       _mm_prefetch(reinterpret_cast<const char*>(row) + prefetch + b * kBlockBytes, _MM_HINT_T0);
-    acc0 = _mm256_add_ps(acc0, block_dot<T>(a, row, b));
-    acc1 = _mm256_add_ps(acc1, block_dot<T>(a, row, b + 1));
+    acc0 = block_fma<T>(a, row, b, acc0);
+    acc1 = block_fma<T>(a, row, b + 1, acc1);
   }
-  if (b < a.nb) acc0 = _mm256_add_ps(acc0, block_dot<T>(a, row, b));
+  if (b < a.nb) acc0 = block_fma<T>(a, row, b, acc0);
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
