@@ -10,7 +10,7 @@ DEPS=$ROOT/.deps
 
 APT_PACKAGES=(build-essential cmake pkg-config git libgtest-dev libgmock-dev
   libbenchmark-dev libcli11-dev nlohmann-json3-dev libicu-dev libcpp-httplib-dev python3-numpy
-  libpython3.11-stdlib zlib1g-dev curl gzip)
+  libpython3.11-stdlib zlib1g-dev curl gzip libsimde-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

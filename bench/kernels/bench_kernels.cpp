@@ -91,8 +91,10 @@ Options parse(int argc, char** argv) {
           o.variants.push_back(CpuKernel::Scalar);
         else if (v == "avx2")
           o.variants.push_back(CpuKernel::Avx2);
+        else if (v == "avx512")
+          o.variants.push_back(CpuKernel::Avx512);
         else
-          efim::fail("unknown variant '", v, "' (expected scalar or avx2)");
+          efim::fail("unknown variant '", v, "' (expected scalar, avx2 or avx512)");
       }
     } else if (a == "--dtypes") {
       o.dtypes.clear();

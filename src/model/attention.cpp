@@ -313,7 +313,7 @@ void attention(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scrat
   EFIM_CHECK(cpu::kernel_supported(k), "attention: kernel variant ", cpu::kernel_name(k),
              " is not supported by this CPU");
   const bool flash_shape = a.head_dim % 16 == 0 && a.head_dim <= detail::kFlashMaxHeadDim;
-  if (k == CpuKernel::Avx2 && flash_shape) return attention_flash(pool, a, scratch);
+  if (cpu::has_avx2(k) && flash_shape) return attention_flash(pool, a, scratch);
   attention_ref(pool, a, scratch);
 }
 

@@ -17,7 +17,7 @@ void check_supported(CpuKernel k) {
              " is not supported by this CPU");
 }
 
-bool use_avx2() { return cpu::active_kernel() == CpuKernel::Avx2; }
+bool use_avx2() { return cpu::has_avx2(cpu::active_kernel()); }
 
 // ---- references: plain loops; `#pragma omp simd` (-fopenmp-simd, no OpenMP runtime) lets the
 // compiler vectorise the reductions without -ffast-math.
@@ -71,7 +71,7 @@ void rope_rows_ref(const RopeRows& rr, const RopeTable& table) {
 
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y, CpuKernel k) {
   check_supported(k);
-  if (k == CpuKernel::Avx2) return detail::rms_norm_avx2(x, w, n, eps, y);
+  if (cpu::has_avx2(k)) return detail::rms_norm_avx2(x, w, n, eps, y);
   rms_norm_ref(x, w, n, eps, y);
 }
 
@@ -83,7 +83,7 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
 void add_rms_norm(float* x, const float* d, const float* w, int64_t n, float eps, float* y,
                   CpuKernel k) {
   check_supported(k);
-  if (k == CpuKernel::Avx2) return detail::add_rms_norm_avx2(x, d, w, n, eps, y);
+  if (cpu::has_avx2(k)) return detail::add_rms_norm_avx2(x, d, w, n, eps, y);
   add_rms_norm_ref(x, d, w, n, eps, y);
 }
 
@@ -103,7 +103,7 @@ void add_inplace(float* a, const float* b, int64_t n) {
 
 void silu_mul(float* gate, const float* up, int64_t n, CpuKernel k) {
   check_supported(k);
-  if (k == CpuKernel::Avx2) return detail::silu_mul_avx2(gate, up, n);
+  if (cpu::has_avx2(k)) return detail::silu_mul_avx2(gate, up, n);
   silu_mul_ref(gate, up, n);
 }
 
@@ -140,7 +140,7 @@ void rope_rows(const RopeRows& r, const RopeTable& table, CpuKernel k) {
   EFIM_CHECK(r.t1 * table.half <= static_cast<int64_t>(table.cos.size()) && r.t0 >= 0,
              "rope: rows [", r.t0, ", ", r.t1, ") outside the table's ",
              table.cos.size() / std::max<size_t>(1, static_cast<size_t>(table.half)), " tokens");
-  if (k == CpuKernel::Avx2) return detail::rope_rows_avx2(r, table);
+  if (cpu::has_avx2(k)) return detail::rope_rows_avx2(r, table);
   rope_rows_ref(r, table);
 }
 

@@ -1,5 +1,7 @@
 // Differential tests of the matmul kernel variants against matmul_reference (f64 over the
-// dequantized weights), with per-dtype tolerances derived from the arithmetic.
+// dequantized weights), with per-dtype tolerances derived from the arithmetic. The AVX-512
+// kernels run natively where the CPU has AVX-512, and everywhere as their emulated build (the
+// same sources on SIMDe, see backend/cpu/avx512_emulation.h).
 #include "backend/cpu/matmul.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -117,6 +120,17 @@ std::vector<float> run(const Problem& p, CpuKernel kernel, int threads) {
   return y;
 }
 
+// The emulated build of the AVX-512 kernels, entered as matmul() would enter the native one.
+std::vector<float> run_avx512_emulated(const Problem& p, int threads) {
+  ThreadPool pool(threads);
+  std::vector<float> y(static_cast<size_t>(p.s.m * p.s.n), NAN);
+  if (p.dtype == DType::Q8_0 || p.dtype == DType::Q4_0)
+    detail::matmul_quant_avx512_emulated(pool, p.x.data(), p.s.m, p.w, y.data());
+  else
+    detail::matmul_float_avx512_emulated(pool, p.x.data(), p.s.m, p.w, y.data());
+  return y;
+}
+
 void expect_close_to_reference(const Problem& p, const std::vector<float>& y,
                                const std::string& what) {
   std::vector<float> ref(y.size());
@@ -167,13 +181,26 @@ const Shape kShapes[] = {
     {2, 512, 700},
     {5, 768, 200},
     {3, 512, 400},
+    // AVX-512 edges: panels of 16 < n < 32 rows, k % 64 = 32, 7 quant blocks (a pair and a
+    // single block after the steps of 4).
+    {9, 96, 29},
+    {1, 224, 40},
+    {2, 224, 21},
+    {12, 224, 45},
 };
 
 std::vector<CpuKernel> variants() {
   std::vector<CpuKernel> v{CpuKernel::Scalar};
   if (kernel_supported(CpuKernel::Avx2)) v.push_back(CpuKernel::Avx2);
+  if (kernel_supported(CpuKernel::Avx512)) v.push_back(CpuKernel::Avx512);
   return v;
 }
+
+// k not a multiple of the SIMD width (8 or 16), or of the 4 registers of the decode loop (k % 64
+// = 16 or 48), float dtypes only.
+const Shape kOddKShapes[] = {{1, 37, 9},  {1, 45, 11}, {2, 13, 5},  {9, 37, 19},
+                             {6, 7, 33},  {1, 79, 7},  {10, 53, 35}, {1, 80, 19},
+                             {1, 112, 9}, {9, 112, 29}};
 
 class MatmulDtype : public ::testing::TestWithParam<DType> {};
 
@@ -197,13 +224,35 @@ TEST_P(MatmulDtype, EveryVariantMatchesReference) {
 TEST_P(MatmulDtype, OddK) {
   const DType t = GetParam();
   if (dtype_info(t).block_elems != 1) return;  // block formats cannot have odd k
-  for (Shape s : {Shape{1, 37, 9}, Shape{1, 45, 11}, Shape{2, 13, 5}, Shape{9, 37, 19},
-                  Shape{6, 7, 33}}) {
+  for (Shape s : kOddKShapes) {
     const Problem p = make_problem(s, t, 99);
     for (CpuKernel kernel : variants())
       expect_close_to_reference(
           p, run(p, kernel, 2),
           str(dtype_name(t), " ", kernel_name(kernel), " m=", s.m, " k=", s.k));
+  }
+}
+
+// The AVX-512 sources on SIMDe: every shape above, both entry paths (GEMV and GEMM), 1-3
+// threads. They quantize activations with the AVX2 quantizer, hence the AVX2 requirement.
+TEST_P(MatmulDtype, Avx512EmulatedMatchesReference) {
+  if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
+  const DType t = GetParam();
+  uint32_t seed = 1;
+  for (const Shape& s : kShapes) {
+    if (t == DType::Q4_K && s.k % kQKBlock != 0) continue;
+    const Problem p = make_problem(s, t, seed += 7);  // EveryVariantMatchesReference's problems
+    for (int threads : {1, 3})
+      expect_close_to_reference(p, run_avx512_emulated(p, threads),
+                                str(dtype_name(t), " avx512 (emulated) threads=", threads,
+                                    " m=", s.m, " k=", s.k, " n=", s.n));
+  }
+  if (dtype_info(t).block_elems != 1) return;
+  for (Shape s : kOddKShapes) {
+    const Problem p = make_problem(s, t, 99);
+    expect_close_to_reference(
+        p, run_avx512_emulated(p, 2),
+        str(dtype_name(t), " avx512 (emulated) m=", s.m, " k=", s.k, " n=", s.n));
   }
 }
 
@@ -214,26 +263,42 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MatmulDtype,
 
 // The int8 kernels do exactly the scalar kernel's integer arithmetic: only the order of the
 // f32 accumulation of per-block partial results differs.
-TEST(MatmulInt8, Avx2MatchesScalarArithmetic) {
+TEST(MatmulInt8, SimdVariantsMatchScalarArithmetic) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
   for (DType t : {DType::Q8_0, DType::Q4_0}) {
     for (Shape s : {Shape{1, 768, 64}, Shape{2, 384, 20}, Shape{3, 256, 8}, Shape{17, 1024, 72},
-                    Shape{64, 2048, 32}, Shape{1, 1024, 600}, Shape{2, 1024, 300}}) {
+                    Shape{64, 2048, 32}, Shape{1, 1024, 600}, Shape{2, 1024, 300},
+                    Shape{1, 224, 40}, Shape{5, 224, 18}}) {
       const Problem p = make_problem(s, t, 5);
-      const auto a = run(p, CpuKernel::Avx2, 2), b = run(p, CpuKernel::Scalar, 1);
-      int bad = 0;
-      for (int64_t i = 0; i < s.m; ++i) {
-        for (int64_t r = 0; r < s.n; ++r) {
-          const size_t at = static_cast<size_t>(i * s.n + r);
-          const double tol = 2e-6 * abs_dot(p, i, r) + 1e-7;
-          if (!(std::fabs(a[at] - b[at]) <= tol) && ++bad <= 5)
-            ADD_FAILURE() << dtype_name(t) << " m=" << s.m << " y[" << i << "][" << r << "]: avx2 "
-                          << a[at] << " scalar " << b[at] << " tol " << tol;
+      const auto b = run(p, CpuKernel::Scalar, 1);
+      std::vector<std::pair<std::string, std::vector<float>>> simd;
+      simd.emplace_back("avx2", run(p, CpuKernel::Avx2, 2));
+      simd.emplace_back("avx512 (emulated)", run_avx512_emulated(p, 2));
+      if (kernel_supported(CpuKernel::Avx512)) simd.emplace_back("avx512", run(p, CpuKernel::Avx512, 2));
+      for (const auto& [name, a] : simd) {
+        int bad = 0;
+        for (int64_t i = 0; i < s.m; ++i) {
+          for (int64_t r = 0; r < s.n; ++r) {
+            const size_t at = static_cast<size_t>(i * s.n + r);
+            const double tol = 2e-6 * abs_dot(p, i, r) + 1e-7;
+            if (!(std::fabs(a[at] - b[at]) <= tol) && ++bad <= 5)
+              ADD_FAILURE() << dtype_name(t) << " m=" << s.m << " y[" << i << "][" << r << "]: "
+                            << name << " " << a[at] << " scalar " << b[at] << " tol " << tol;
+          }
         }
+        EXPECT_EQ(bad, 0) << name;
       }
-      EXPECT_EQ(bad, 0);
     }
   }
+}
+
+// Where the CPU has AVX-512 the native kernels run in every test above through variants(); this
+// test only makes their absence visible (skipped) instead of silent.
+TEST(MatmulAvx512, NativeKernelsRanWhereSupported) {
+  if (!kernel_supported(CpuKernel::Avx512))
+    GTEST_SKIP() << "this CPU has no AVX-512F + AVX-512BW: the native AVX-512 kernels were not "
+                    "run (their emulated build was)";
+  EXPECT_EQ(best_supported_kernel(), CpuKernel::Avx512);
 }
 
 TEST(MatmulInt8, ActivationQuantizersAgreeBytewise) {
@@ -275,14 +340,16 @@ TEST(Matmul, ZeroSizesAndBadArguments) {
 }
 
 TEST(Matmul, ActiveKernelIsTheBestSupported) {
-  // Without EFIM_KERNEL the dispatcher uses AVX2 exactly when the CPU has it; with it, the
+  // Without EFIM_KERNEL the dispatcher uses the widest variant the CPU has; with it, the
   // variant named there.
   const char* env = std::getenv("EFIM_KERNEL");
   if (env != nullptr && *env != '\0') {
     EXPECT_EQ(kernel_name(active_kernel()), std::string(env));
   } else {
-    EXPECT_EQ(active_kernel(),
-              kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Scalar);
+    EXPECT_EQ(active_kernel(), best_supported_kernel());
+    EXPECT_EQ(active_kernel(), kernel_supported(CpuKernel::Avx512) ? CpuKernel::Avx512
+                               : kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2
+                                                                   : CpuKernel::Scalar);
   }
 }
 

@@ -1,5 +1,5 @@
-// AVX2 register helpers shared by the kernels: horizontal sums and max, and an 8 x 8 float
-// transpose (unpack, shuffle, permute). Include it only after `#pragma GCC target("avx2...")` in
+// AVX2 register helpers shared by the kernels (the AVX-512 ones too): horizontal sums and max,
+// 8 x 8 transposes (unpack, shuffle, permute) and Q4_0 nibble unpacking. Include it only after `#pragma GCC target("avx2...")` in
 // an AVX2 translation unit: like every AVX2 helper here it must never be emitted into generic
 // code (see CMakeLists.txt); a generic includer fails to compile instead of running AVX2 by
 // accident.
@@ -10,6 +10,9 @@
 #include <cstdint>
 
 namespace efim::cpu {
+// Internal linkage: every translation unit compiles these for its own target (AVX2, AVX-512,
+// or SIMDe's emulation), and the linker must never let one TU call another's copy.
+namespace {
 
 // Sum of the 8 lanes.
 inline float hsum(__m256 v) {
@@ -57,4 +60,25 @@ inline void transpose8x8(__m256 r[8]) {
   }
 }
 
+// In-place transpose of an 8 x 8 matrix of 32-bit elements (r[i] = row i -> column i).
+inline void transpose8_epi32(__m256i r[8]) {
+  __m256 v[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) v[i] = _mm256_castsi256_ps(r[i]);
+  transpose8x8(v);
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_castps_si256(v[i]);
+}
+
+// The 32 quants of a Q4_0 block (16 bytes of nibbles: element j in the low nibble of byte j,
+// element 16 + j in its high nibble) as bytes 0..15 in element order.
+inline __m256i unpack_q4(const uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(v, mask);                     // elements 0..15
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);  // elements 16..31
+  return _mm256_set_m128i(hi, lo);
+}
+
+}  // namespace
 }  // namespace efim::cpu

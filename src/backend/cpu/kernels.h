@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "tensor/quant.h"
 
 namespace efim::cpu::detail {
 
@@ -24,6 +26,8 @@ struct QuantizedRows {
 // Both produce identical bytes (same float operations, same rounding).
 void quantize_rows_scalar(const float* x, int64_t m, int64_t k, QuantizedRows& out);
 void quantize_rows_avx2(const float* x, int64_t m, int64_t k, QuantizedRows& out);
+// Row i of x [.][out.k] into row i of `out` (already sized): the AVX2 quantizer, one row.
+void quantize_row_avx2(const float* x, int64_t i, QuantizedRows& out);
 
 // Kernel bodies; shapes as in matmul, already validated, m > 0, rows > 0, cols > 0.
 void matmul_scalar(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y);
@@ -33,6 +37,32 @@ void matmul_float_avx2(ThreadPool& pool, const float* x, int64_t m, const Weight
 // Q8_0 and Q4_0: int8 dot products on quantized activations.
 void matmul_quant_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                        float* y);
+// The same two kernels on 512-bit registers (AVX-512F + AVX-512BW).
+void matmul_float_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                         float* y);
+void matmul_quant_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                         float* y);
+// The sources of the two AVX-512 kernels compiled once more on SIMDe's portable emulation of
+// the intrinsics (library efim_backend_cpu_avx512_emulated, test builds only), so that their
+// differential tests run on CPUs without AVX-512. They call the AVX2 quantizer: AVX2 CPU only.
+void matmul_float_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
+                                  const WeightMatrix& w, float* y);
+void matmul_quant_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
+                                  const WeightMatrix& w, float* y);
+
+// Element k of a float weight row (F32, F16 or BF16) in f32: the k tails of the SIMD loops.
+template <DType T>
+inline float load_weight(const uint8_t* row, int64_t k) {
+  if constexpr (T == DType::F32) {
+    float f;
+    std::memcpy(&f, row + 4 * k, 4);
+    return f;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * k, 2);
+    return T == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+  }
+}
 
 // Start of row r of W.
 inline const uint8_t* weight_row(const WeightMatrix& w, int64_t r) {

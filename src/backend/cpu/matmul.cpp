@@ -16,6 +16,8 @@ std::string_view kernel_name(CpuKernel k) {
       return "scalar";
     case CpuKernel::Avx2:
       return "avx2";
+    case CpuKernel::Avx512:
+      return "avx512";
   }
   return "unknown";
 }
@@ -28,8 +30,18 @@ bool kernel_supported(CpuKernel k) {
       __builtin_cpu_init();
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("f16c");
+    case CpuKernel::Avx512:
+      // libgcc's feature bits for AVX-512 include the OS check (XCR0 enables the opmask and
+      // zmm state), so a kernel that hides it from a process is respected.
+      return kernel_supported(CpuKernel::Avx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw");
   }
   return false;
+}
+
+CpuKernel best_supported_kernel() {
+  if (kernel_supported(CpuKernel::Avx512)) return CpuKernel::Avx512;
+  return kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Scalar;
 }
 
 namespace {
@@ -37,15 +49,16 @@ namespace {
 CpuKernel choose_kernel() {
   if (const char* env = std::getenv("EFIM_KERNEL"); env != nullptr && *env != '\0') {
     std::string_view want(env);
-    for (CpuKernel k : {CpuKernel::Scalar, CpuKernel::Avx2}) {
+    for (CpuKernel k : {CpuKernel::Scalar, CpuKernel::Avx2, CpuKernel::Avx512}) {
       if (kernel_name(k) != want) continue;
       EFIM_CHECK(kernel_supported(k), "EFIM_KERNEL=", want, " but this CPU lacks the ",
-                 "instructions it needs (AVX2, FMA and F16C)");
+                 "instructions it needs (avx2: AVX2, FMA and F16C; avx512: those and ",
+                 "AVX-512F and AVX-512BW)");
       return k;
     }
-    fail("EFIM_KERNEL='", want, "' is not a kernel variant (expected scalar or avx2)");
+    fail("EFIM_KERNEL='", want, "' is not a kernel variant (expected scalar, avx2 or avx512)");
   }
-  return kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Scalar;
+  return best_supported_kernel();
 }
 
 void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y) {
@@ -88,10 +101,17 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, 
     default:
       fail("matmul: unsupported weight dtype ", dtype_name(w.dtype));
   }
-  if (kernel == CpuKernel::Scalar) return detail::matmul_scalar(pool, x, m, w, y);
-  if (w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0)
-    return detail::matmul_quant_avx2(pool, x, m, w, y);
-  detail::matmul_float_avx2(pool, x, m, w, y);
+  const bool int8 = w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0;
+  switch (kernel) {
+    case CpuKernel::Scalar:
+      return detail::matmul_scalar(pool, x, m, w, y);
+    case CpuKernel::Avx2:
+      return int8 ? detail::matmul_quant_avx2(pool, x, m, w, y)
+                  : detail::matmul_float_avx2(pool, x, m, w, y);
+    case CpuKernel::Avx512:
+      return int8 ? detail::matmul_quant_avx512(pool, x, m, w, y)
+                  : detail::matmul_float_avx512(pool, x, m, w, y);
+  }
 }
 
 void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {

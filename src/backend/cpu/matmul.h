@@ -34,13 +34,22 @@ void matmul_reference(const float* x, int64_t m, const WeightMatrix& w, float* y
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out);
 
 // ---- kernel variants (chosen at run time by CPU features) ----
-enum class CpuKernel : uint8_t { Scalar, Avx2 };
+// Avx512 has its own matmul kernels (AVX-512F + AVX-512BW); every other op with a SIMD version
+// (norms, RoPE, attention, training GEMM) runs its AVX2 code under it.
+enum class CpuKernel : uint8_t { Scalar, Avx2, Avx512 };
 
 std::string_view kernel_name(CpuKernel k);
-// Whether this CPU can run the variant (Avx2 needs AVX2 + FMA + F16C).
+// Whether this CPU (and OS: the AVX-512 register state must be enabled) can run the variant.
+// Avx2 needs AVX2 + FMA + F16C; Avx512 needs those and AVX-512F + AVX-512BW.
 bool kernel_supported(CpuKernel k);
-// The variant matmul uses: EFIM_KERNEL=scalar|avx2 if set (Error if unknown or unsupported),
-// else the best one the CPU supports. Decided once per process.
+// Whether code written for AVX2 may run under variant k (Avx512 includes AVX2).
+constexpr bool has_avx2(CpuKernel k) {
+  return k == CpuKernel::Avx2 || k == CpuKernel::Avx512;
+}
+// The fastest variant this CPU supports: Avx512, else Avx2, else Scalar.
+CpuKernel best_supported_kernel();
+// The variant matmul uses: EFIM_KERNEL=scalar|avx2|avx512 if set (Error if unknown or
+// unsupported), else the best one the CPU supports. Decided once per process.
 CpuKernel active_kernel();
 
 // matmul with an explicit variant (tests and benchmarks); Error if the CPU lacks it.

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/drivers.h"
 #include "backend/cpu/kernels.h"
 #include "tensor/quant.h"
 
@@ -55,19 +56,6 @@ inline __m256 load8(const uint8_t* row, int64_t k) {
   }
 }
 
-template <DType T>
-inline float load1(const uint8_t* row, int64_t k) {
-  if constexpr (T == DType::F32) {
-    float f;
-    std::memcpy(&f, row + 4 * k, 4);
-    return f;
-  } else {
-    uint16_t h;
-    std::memcpy(&h, row + 2 * k, 2);
-    return T == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
-  }
-}
-
 // panel[k][16] = rows[0..nr) of W in f32, columns beyond nr zero. rows[j] is row j's start.
 template <DType T>
 void pack_panel(const uint8_t* const* rows, int nr, int64_t k, float* panel) {
@@ -86,7 +74,7 @@ void pack_panel(const uint8_t* const* rows, int nr, int64_t k, float* panel) {
     }
   }
   for (int64_t kk = k8; kk < k; ++kk)
-    for (int j = 0; j < kNR; ++j) panel[kk * kNR + j] = j < nr ? load1<T>(rows[j], kk) : 0.0f;
+    for (int j = 0; j < kNR; ++j) panel[kk * kNR + j] = j < nr ? load_weight<T>(rows[j], kk) : 0.0f;
 }
 
 // y[i][0..ncols) (+)= sum_kk x[i][kk] * panel[kk][0..ncols) for i < MR, kk < kc (see the file
@@ -176,32 +164,19 @@ void pack_rows(const WeightMatrix& w, int64_t n0, int nr, float* panel,
   }
 }
 
-void gemm(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
-  const int64_t n = w.rows, k = w.cols;
-  const GemmSplit split = split_gemm(m, n, kMR, kNR, pool.size());
-  const int64_t m_blocks = split.m_blocks, m_block = split.m_block, items = split.items();
-  pool.parallel_for(items, grain_for(items, m * n * k, pool.size()),
-                    [&](int, int64_t it0, int64_t it1) {
-                      static thread_local std::vector<float> panel, scratch;  // panel: [k][16]
-                      panel.resize(static_cast<size_t>(k * kNR));
-                      int64_t packed = -1;
-                      for (int64_t it = it0; it < it1; ++it) {
-                        const int64_t p = it / m_blocks, mb = it % m_blocks;
-                        const int64_t n0 = p * kNR;
-                        const int nr = static_cast<int>(std::min<int64_t>(kNR, n - n0));
-                        if (packed != p) {
-                          pack_rows(w, n0, nr, panel.data(), scratch);
-                          packed = p;
-                        }
-                        const int64_t i0 = mb * m_block, rows = std::min(m_block, m - i0);
-                        // k blocks keep a 16 KB slice of the panel in L1 and the rows' x slice in
-                        // L2.
-                        for (int64_t k0 = 0; k0 < k; k0 += kKC)
-                          tile_rows(x + i0 * k + k0, rows, k, panel.data() + k0 * kNR,
-                                    std::min(kKC, k - k0), y + i0 * n + n0, n, nr, k0 > 0);
-                      }
-                    });
-}
+// The GEMM pieces for float_gemm (drivers.h).
+struct Gemm {
+  static constexpr int kMR = detail::kMR, kNR = detail::kNR;
+  static constexpr int64_t kKC = detail::kKC;
+  static void pack_rows(const WeightMatrix& w, int64_t n0, int nr, float* panel,
+                        std::vector<float>& scratch) {
+    detail::pack_rows(w, n0, nr, panel, scratch);
+  }
+  static void tile_rows(const float* x, int64_t rows, int64_t ldx, const float* panel, int64_t kc,
+                        float* y, int64_t ldy, int ncols, bool acc) {
+    detail::tile_rows(x, rows, ldx, panel, kc, y, ldy, ncols, acc);
+  }
+};
 
 // out[i][r] = x[i] . W row r, for MX rows of x and 4 weight rows (see the file comment).
 template <DType T, int MX>
@@ -233,7 +208,7 @@ void gemv_4rows(const float* x, int64_t k, const uint8_t* const rows[4], int64_t
 #pragma GCC unroll 3
     for (int i = 0; i < MX; ++i) {
       float s = hsum(acc[r][i]);
-      for (int64_t kk = k8; kk < k; ++kk) s += x[i * k + kk] * load1<T>(rows[r], kk);
+      for (int64_t kk = k8; kk < k; ++kk) s += x[i * k + kk] * load_weight<T>(rows[r], kk);
       out[i][r] = s;
     }
   }
@@ -261,73 +236,29 @@ float dot_row(const float* x, int64_t k, const uint8_t* row, int64_t prefetch) {
   for (int64_t kk = k32; kk + 8 <= k; kk += 8)
     a0 = _mm256_fmadd_ps(load8<T>(row, kk), _mm256_loadu_ps(x + kk), a0);
   float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  for (int64_t kk = k / 8 * 8; kk < k; ++kk) s += x[kk] * load1<T>(row, kk);
+  for (int64_t kk = k / 8 * 8; kk < k; ++kk) s += x[kk] * load_weight<T>(row, kk);
   return s;
 }
 
-template <DType T>
-void gemv_group(const float* x, int64_t m, int64_t k, const uint8_t* const rows[4], int nr,
-                int64_t prefetch, float* y, int64_t ldy) {
-  if (m == 1) {
-    for (int r = 0; r < nr; ++r) y[r] = dot_row<T>(x, k, rows[r], prefetch);
-    return;
+// The GEMV pieces for float_gemv (drivers.h).
+struct GemvGroup {
+  template <DType T>
+  static float dot_row(const float* x, int64_t k, const uint8_t* row, int64_t prefetch) {
+    return detail::dot_row<T>(x, k, row, prefetch);
   }
-  for (int64_t i = 0; i < m; i += 3) {
-    float out[3][4];
-    const int64_t mx = std::min<int64_t>(3, m - i);
-    if (mx == 3)
-      gemv_4rows<T, 3>(x + i * k, k, rows, prefetch, out);
-    else if (mx == 2)
-      gemv_4rows<T, 2>(x + i * k, k, rows, prefetch, out);
-    else
-      gemv_4rows<T, 1>(x + i * k, k, rows, prefetch, out);
-    for (int64_t ii = 0; ii < mx; ++ii)
-      for (int r = 0; r < nr; ++r) y[(i + ii) * ldy + r] = out[ii][r];
+  template <DType T, int MX>
+  static void rows4(const float* x, int64_t k, const uint8_t* const rows[4], int64_t prefetch,
+                    float out[MX][4]) {
+    gemv_4rows<T, MX>(x, k, rows, prefetch, out);
   }
-}
-
-void gemv(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
-  const int64_t n = w.rows, k = w.cols;
-  const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(k));
-  const int64_t groups = (n + 3) / 4;
-  pool.parallel_for(
-      groups, grain_for(groups, m * n * k, pool.size()), [&](int, int64_t g0, int64_t g1) {
-        static thread_local std::vector<float> scratch;  // [4][k] dequantized rows (other dtypes)
-        for (int64_t g = g0; g < g1; ++g) {
-          const int64_t n0 = 4 * g;
-          const int nr = static_cast<int>(std::min<int64_t>(4, n - n0));
-          const uint8_t* rows[4];
-          // Missing rows of the last group repeat the last valid row; their outputs are dropped.
-          for (int r = 0; r < 4; ++r)
-            rows[r] = static_cast<const uint8_t*>(w.data) + (n0 + std::min(r, nr - 1)) * stride;
-          DType t = w.dtype;
-          if (t != DType::F32 && t != DType::F16 && t != DType::BF16) {
-            scratch.resize(static_cast<size_t>(4 * k));
-            for (int r = 0; r < 4; ++r) {
-              dequantize_row(w, n0 + std::min(r, nr - 1), scratch.data() + r * k);
-              rows[r] = reinterpret_cast<const uint8_t*>(scratch.data() + r * k);
-            }
-            t = DType::F32;
-          }
-          float* yg = y + n0;
-          // Two groups ahead (within W: the last groups read nothing past its end).
-          const int64_t pf = t == w.dtype && n0 + 12 <= n ? 8 * static_cast<int64_t>(stride) : 0;
-          if (t == DType::F32)
-            gemv_group<DType::F32>(x, m, k, rows, nr, pf, yg, n);
-          else if (t == DType::F16)
-            gemv_group<DType::F16>(x, m, k, rows, nr, pf, yg, n);
-          else
-            gemv_group<DType::BF16>(x, m, k, rows, nr, pf, yg, n);
-        }
-      });
-}
+};
 
 }  // namespace
 
 void matmul_float_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                        float* y) {
-  if (m < kGemmMinRows) return gemv(pool, x, m, w, y);
-  gemm(pool, x, m, w, y);
+  if (m < kGemmMinRows) return float_gemv<GemvGroup>(pool, x, m, w, y);
+  float_gemm<Gemm>(pool, x, m, w, y);
 }
 
 }  // namespace efim::cpu::detail

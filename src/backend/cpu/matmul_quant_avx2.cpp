@@ -28,6 +28,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/drivers.h"
 #include "backend/cpu/kernels.h"
 #include "tensor/quant.h"
 
@@ -48,29 +49,10 @@ inline float f16(uint16_t h) {
   return _cvtsh_ss(h);
 }
 
-// The 32 quants of a Q4_0 block as bytes 0..15 in element order.
-inline __m256i unpack_q4(const uint8_t* qs) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  const __m128i lo = _mm_and_si128(v, mask);                     // elements 0..15
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);  // elements 16..31
-  return _mm256_set_m128i(hi, lo);
-}
-
 inline __m256i bcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
-}
-
-// In-place transpose of an 8 x 8 matrix of 32-bit elements (r[i] = row i -> column i).
-inline void transpose8_epi32(__m256i r[8]) {
-  __m256 v[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) v[i] = _mm256_castsi256_ps(r[i]);
-  transpose8x8(v);
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_castps_si256(v[i]);
 }
 
 // ---- GEMM ----
@@ -106,18 +88,9 @@ void pack_panel(const WeightMatrix& w, int64_t n0, int nr, uint8_t* quants, floa
   }
 }
 
-struct TileArgs {
-  const QuantizedRows* a;
-  int64_t i0;             // first x row of the tile
-  const uint8_t* quants;  // interleaved panel
-  const float* scales;    // [nb][8]
-  float* y;               // y + i0 * ldy + n0
-  int64_t ldy;
-  int ncols;  // valid weight rows of the panel
-};
 
 template <int MR>
-void store_tile(const TileArgs& t, const __m256 acc[MR]) {
+void store_tile(const QuantTile& t, const __m256 acc[MR]) {
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
     if (t.ncols == kNR) {
@@ -131,7 +104,7 @@ void store_tile(const TileArgs& t, const __m256 acc[MR]) {
 }
 
 template <int MR>
-void tile_q4(const TileArgs& t) {
+void tile_q4(const QuantTile& t) {
   const QuantizedRows& a = *t.a;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[MR];  // every loop over MR is unrolled: arrays stay in registers
@@ -167,7 +140,7 @@ void tile_q4(const TileArgs& t) {
 }
 
 template <int MR>
-void tile_q8(const TileArgs& t) {
+void tile_q8(const QuantTile& t) {
   const QuantizedRows& a = *t.a;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[MR];  // every loop over MR is unrolled: arrays stay in registers
@@ -203,14 +176,14 @@ void tile_q8(const TileArgs& t) {
 }
 
 template <int MR>
-void tile(DType dt, const TileArgs& t) {
+void tile(DType dt, const QuantTile& t) {
   if (dt == DType::Q4_0)
     tile_q4<MR>(t);
   else
     tile_q8<MR>(t);
 }
 
-void tile_rows(DType dt, TileArgs t, int64_t rows) {
+void tile_rows(DType dt, QuantTile t, int64_t rows) {
   const int64_t end = t.i0 + rows;
   for (; t.i0 + kMR <= end; t.i0 += kMR, t.y += kMR * t.ldy) tile<kMR>(dt, t);
   switch (end - t.i0) {
@@ -225,31 +198,18 @@ void tile_rows(DType dt, TileArgs t, int64_t rows) {
   }
 }
 
-void gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y) {
-  const int64_t m = a.m, n = w.rows;
-  const GemmSplit split = split_gemm(m, n, kMR, kNR, pool.size());
-  const int64_t m_blocks = split.m_blocks, m_block = split.m_block, items = split.items();
-  pool.parallel_for(items, grain_for(items, m * n * a.k, pool.size()),
-                    [&](int, int64_t it0, int64_t it1) {
-                      static thread_local std::vector<uint8_t> quants;  // [nb][8][32]
-                      static thread_local std::vector<float> scales;    // [nb][8]
-                      quants.resize(static_cast<size_t>(a.nb * kPanelBlockBytes));
-                      scales.resize(static_cast<size_t>(a.nb * kNR));
-                      int64_t packed = -1;
-                      for (int64_t it = it0; it < it1; ++it) {
-                        const int64_t p = it / m_blocks, mb = it % m_blocks;
-                        const int64_t n0 = p * kNR;
-                        const int nr = static_cast<int>(std::min<int64_t>(kNR, n - n0));
-                        if (packed != p) {
-                          pack_panel(w, n0, nr, quants.data(), scales.data());
-                          packed = p;
-                        }
-                        const int64_t i0 = mb * m_block;
-                        TileArgs t{&a, i0, quants.data(), scales.data(), y + i0 * n + n0, n, nr};
-                        tile_rows(w.dtype, t, std::min(m_block, m - i0));
-                      }
-                    });
-}
+// The GEMM pieces for quant_gemm (drivers.h).
+struct Gemm {
+  static constexpr int kMR = detail::kMR, kNR = detail::kNR;
+  static constexpr int kPanelBlockBytes = detail::kPanelBlockBytes;
+  static void pack_panel(const WeightMatrix& w, int64_t n0, int nr, uint8_t* quants,
+                         float* scales) {
+    detail::pack_panel(w, n0, nr, quants, scales);
+  }
+  static void tile_rows(DType dt, const QuantTile& t, int64_t rows) {
+    detail::tile_rows(dt, t, rows);
+  }
+};
 
 // ---- GEMV ----
 
@@ -275,7 +235,7 @@ inline __m256i block_idot(__m256i wq, __m256i xv, int32_t x_sum) {
   const __m256i ones = _mm256_set1_epi16(1);
   if constexpr (T == DType::Q4_0) {
     return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wq, xv), ones),
-                            _mm256_castsi128_si256(_mm_cvtsi32_si128(8 * x_sum)));
+                            _mm256_zextsi128_si256(_mm_cvtsi32_si128(8 * x_sum)));
   } else {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)),
                              ones);
@@ -351,53 +311,21 @@ float dot_row(const QuantizedRows& a, const uint8_t* row, int64_t prefetch) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-template <DType T>
-void gemv_group(const QuantizedRows& a, const uint8_t* const rows[4], int nr, int64_t prefetch,
-                float* y, int64_t ldy) {
-  if (a.m == 1) {
-    for (int r = 0; r < nr; ++r) y[r] = dot_row<T>(a, rows[r], prefetch);
-    return;
+// The GEMV pieces for quant_gemv (drivers.h).
+struct GemvGroup {
+  template <DType T>
+  static float dot_row(const QuantizedRows& a, const uint8_t* row, int64_t prefetch) {
+    return detail::dot_row<T>(a, row, prefetch);
   }
-  for (int64_t i = 0; i < a.m; i += 2) {
-    float out[2][4];
-    const int64_t mx = std::min<int64_t>(2, a.m - i);
-    if (mx == 2)
-      gemv_4rows<T, 2>(a, i, rows, prefetch, out);
-    else
-      gemv_4rows<T, 1>(a, i, rows, prefetch, out);
-    for (int64_t ii = 0; ii < mx; ++ii)
-      for (int r = 0; r < nr; ++r) y[(i + ii) * ldy + r] = out[ii][r];
+  template <DType T, int MX>
+  static void rows4(const QuantizedRows& a, int64_t i0, const uint8_t* const rows[4],
+                    int64_t prefetch, float out[MX][4]) {
+    gemv_4rows<T, MX>(a, i0, rows, prefetch, out);
   }
-}
-
-void gemv(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y) {
-  const int64_t n = w.rows;
-  const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
-  const int64_t groups = (n + 3) / 4;
-  pool.parallel_for(
-      groups, grain_for(groups, a.m * n * a.k, pool.size()), [&](int, int64_t g0, int64_t g1) {
-        for (int64_t g = g0; g < g1; ++g) {
-          const int64_t n0 = 4 * g;
-          const int nr = static_cast<int>(std::min<int64_t>(4, n - n0));
-          const uint8_t* rows[4];
-          // Missing rows of the last group repeat the last valid row; their outputs are dropped.
-          for (int r = 0; r < 4; ++r)
-            rows[r] = static_cast<const uint8_t*>(w.data) + (n0 + std::min(r, nr - 1)) * stride;
-          // Two groups ahead (within W: the last groups read nothing past its end).
-          const int64_t pf = n0 + 12 <= n ? 8 * static_cast<int64_t>(stride) : 0;
-          if (w.dtype == DType::Q4_0)
-            gemv_group<DType::Q4_0>(a, rows, nr, pf, y + n0, n);
-          else
-            gemv_group<DType::Q8_0>(a, rows, nr, pf, y + n0, n);
-        }
-      });
-}
+};
 
 }  // namespace
 
-namespace {
-
-// Row i of x -> quants, scales and sums of row i of `out` (already sized).
 void quantize_row_avx2(const float* x, int64_t i, QuantizedRows& out) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const int64_t k = out.k;
@@ -430,8 +358,6 @@ void quantize_row_avx2(const float* x, int64_t i, QuantizedRows& out) {
   }
 }
 
-}  // namespace
-
 // Same float operations as quantize_rows_scalar: amax, d = amax / 127, q = round(x * (1 / d)).
 void quantize_rows_avx2(const float* x, int64_t m, int64_t k, QuantizedRows& out) {
   out.resize(m, k);
@@ -440,16 +366,7 @@ void quantize_rows_avx2(const float* x, int64_t m, int64_t k, QuantizedRows& out
 
 void matmul_quant_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                        float* y) {
-  static thread_local QuantizedRows buffer;  // reused across calls: no allocation per token
-  QuantizedRows& acts = buffer;  // the workers must see this thread's instance, not theirs
-  acts.resize(m, w.cols);
-  // Rows in parallel for prefill (a serial pass would cost ~5% of the GEMM on 2 threads).
-  pool.parallel_for(m, grain_for(m, m * w.cols * 8, pool.size(), 4),
-                    [&](int, int64_t i0, int64_t i1) {
-                      for (int64_t i = i0; i < i1; ++i) quantize_row_avx2(x, i, acts);
-                    });
-  if (m < kGemmMinRows) return gemv(pool, acts, w, y);
-  gemm(pool, acts, w, y);
+  quant_matmul<Gemm, GemvGroup>(pool, x, m, w, y, kGemmMinRows);
 }
 
 }  // namespace efim::cpu::detail

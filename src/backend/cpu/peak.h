@@ -8,7 +8,8 @@
 namespace efim::cpu {
 
 // Peak f32 FMA throughput of all pool threads, in GFLOP/s (an FMA counts 2 flops): a
-// register-only loop of independent FMAs (AVX2 when the CPU has it, else SSE), ~300 ms.
+// register-only loop of independent FMAs (AVX-512, else AVX2, else SSE: the widest the CPU
+// has), ~300 ms.
 double measure_fma_peak_gflops(ThreadPool& pool);
 
 // Streaming read bandwidth in GB/s (1e9 bytes/s): all threads sum disjoint parts of a buffer of

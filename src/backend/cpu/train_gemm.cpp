@@ -195,7 +195,7 @@ bool trivial(const TrainGemm& g) {
 Kernel kernel_for(CpuKernel kernel) {
   EFIM_CHECK(kernel_supported(kernel), "train_gemm: this CPU lacks the ", kernel_name(kernel),
              " kernel");
-  if (kernel == CpuKernel::Avx2)
+  if (has_avx2(kernel))
     return {detail::train_micro_avx2, detail::train_pack_a_avx2, detail::train_pack_b_avx2};
   return {detail::train_micro_scalar, detail::train_pack_a_scalar, detail::train_pack_b_scalar};
 }

@@ -69,7 +69,7 @@ void rope_backward(float* dx, int64_t n_heads, int64_t head_dim, const RopeAngle
 }
 
 void exp_inplace(float* x, int64_t n) {
-  static const bool avx2 = cpu::active_kernel() == cpu::CpuKernel::Avx2;
+  static const bool avx2 = cpu::has_avx2(cpu::active_kernel());
   if (avx2) return detail::exp_inplace_avx2(x, n);
   for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
 }

@@ -1,0 +1,262 @@
+// AVX-512F kernels for float weights (F32, F16, BF16; any other dtype through dequantize_row):
+// the AVX2 kernels of matmul_float_avx2.cpp on 16-lane registers, all products f32 FMAs.
+//
+// GEMM (m >= kGemmMinRows): W is converted and packed per panel of 32 weight rows into
+// panel[k][32] f32 (two 16 x 16 transposes per 16 k), then an outer-product micro-kernel
+// computes an 8 x 32 tile of y: per k, 2 zmm of W and a broadcast of x[i][k] for 8 rows,
+// 16 FMAs into 16 accumulators (of the 32 zmm registers). The k loop runs in blocks of kKC = 128
+// (a 16 KB slice of the panel stays in L1 while the row tiles pass over it).
+//
+// GEMV (m < kGemmMinRows, decode): W is streamed once in its own dtype with software prefetch
+// two row groups ahead. One row of x: row after row, 64 weights per step into 4 accumulators;
+// 2-7 rows of x: 4 weight rows against up to 3 rows of x, 16 weights per load.
+//
+// This file is compiled twice: natively for AVX-512 CPUs, and for tests on SIMDe's emulation of
+// the intrinsics (EFIM_AVX512_EMULATED, see avx512_emulation.h).
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (`__m512 __Y = __Y;`), which
+// -Wuninitialized reports once inlined into this file (GCC bug 105593, fixed in GCC 13). Set
+// before every include: the warnings are located in immintrin.h's lines.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/drivers.h"
+#include "backend/cpu/kernels.h"
+#include "tensor/quant.h"
+
+#ifdef EFIM_AVX512_EMULATED
+#include "backend/cpu/avx512_emulation.h"
+#else
+#include <immintrin.h>
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx2,fma,f16c")
+#endif
+#include "backend/cpu/avx512_helpers.h"
+
+namespace efim::cpu::detail {
+
+namespace {
+
+constexpr int kNR = 32;       // weight rows per packed panel (2 zmm of y columns)
+constexpr int kMR = 8;        // rows of x per micro-tile
+constexpr int64_t kKC = 128;  // k block of the micro-kernel loop
+constexpr int64_t kGemmMinRows = 8;
+
+// ---- conversion of 16 consecutive weights to f32 ----
+template <DType T>
+inline __m512 load16(const uint8_t* row, int64_t k) {
+  if constexpr (T == DType::F32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  } else if constexpr (T == DType::F16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
+  } else {  // BF16: the f32 with the same top 16 bits
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// panel[k][32] = rows[0..nr) of W in f32, columns beyond nr zero. rows[j] is row j's start.
+template <DType T>
+void pack_panel(const uint8_t* const* rows, int nr, int64_t k, float* panel) {
+  const int64_t k16 = k / 16 * 16;
+  for (int64_t kk = 0; kk < k16; kk += 16) {
+    for (int h = 0; h < nr; h += 16) {  // halves of the panel that hold rows
+      __m512 v[16];                     // loops over v[] unrolled: it stays in registers
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j)
+        v[j] = h + j < nr ? load16<T>(rows[h + j], kk) : _mm512_setzero_ps();
+      transpose16x16(v);
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) _mm512_storeu_ps(panel + (kk + t) * kNR + h, v[t]);
+    }
+    if (nr <= 16)  // the empty half
+      for (int t = 0; t < 16; ++t) _mm512_storeu_ps(panel + (kk + t) * kNR + 16, _mm512_setzero_ps());
+  }
+  for (int64_t kk = k16; kk < k; ++kk)
+    for (int j = 0; j < kNR; ++j) panel[kk * kNR + j] = j < nr ? load_weight<T>(rows[j], kk) : 0.0f;
+}
+
+// y[i][0..ncols) (+)= sum_kk x[i][kk] * panel[kk][0..ncols) for i < MR, kk < kc;
+// `accumulate` adds to y (later k blocks) instead of overwriting it.
+template <int MR>
+void micro_tile(const float* x, int64_t ldx, const float* panel, int64_t kc, float* y, int64_t ldy,
+                int ncols, bool accumulate) {
+  __m512 acc[MR][2];  // every loop over MR unrolled: acc lives in registers only
+  const float* xr[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    xr[i] = x + i * ldx;
+  }
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const __m512 w0 = _mm512_loadu_ps(panel + kk * kNR);
+    const __m512 w1 = _mm512_loadu_ps(panel + kk * kNR + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xb = _mm512_set1_ps(xr[i][kk]);
+      acc[i][0] = _mm512_fmadd_ps(xb, w0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(xb, w1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    alignas(64) float tmp[kNR];
+    float* out = ncols == kNR ? y + i * ldy : tmp;
+    if (accumulate) {
+      if (ncols != kNR) std::memcpy(tmp, y + i * ldy, static_cast<size_t>(ncols) * sizeof(float));
+      acc[i][0] = _mm512_add_ps(acc[i][0], _mm512_loadu_ps(out));
+      acc[i][1] = _mm512_add_ps(acc[i][1], _mm512_loadu_ps(out + 16));
+    }
+    _mm512_storeu_ps(out, acc[i][0]);
+    _mm512_storeu_ps(out + 16, acc[i][1]);
+    if (ncols != kNR) std::memcpy(y + i * ldy, tmp, static_cast<size_t>(ncols) * sizeof(float));
+  }
+}
+
+template <int MR>
+void tail_tile(int64_t rows, const float* x, int64_t ldx, const float* panel, int64_t kc, float* y,
+               int64_t ldy, int ncols, bool acc) {
+  if constexpr (MR > 0) {
+    if (rows == MR) return micro_tile<MR>(x, ldx, panel, kc, y, ldy, ncols, acc);
+    tail_tile<MR - 1>(rows, x, ldx, panel, kc, y, ldy, ncols, acc);
+  }
+}
+
+// One k block [k0, k0 + kc) of the tiles of `rows` rows of x (row stride ldx) against a panel.
+void tile_rows(const float* x, int64_t rows, int64_t ldx, const float* panel, int64_t kc, float* y,
+               int64_t ldy, int ncols, bool acc) {
+  int64_t i = 0;
+  for (; i + kMR <= rows; i += kMR)
+    micro_tile<kMR>(x + i * ldx, ldx, panel, kc, y + i * ldy, ldy, ncols, acc);
+  tail_tile<kMR - 1>(rows - i, x + i * ldx, ldx, panel, kc, y + i * ldy, ldy, ncols, acc);
+}
+
+// Packs the panel of weight rows [n0, n0 + nr) into `panel` ([k][32] f32).
+void pack_rows(const WeightMatrix& w, int64_t n0, int nr, float* panel,
+               std::vector<float>& scratch) {
+  const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+  const uint8_t* rows[kNR];
+  for (int j = 0; j < nr; ++j) rows[j] = static_cast<const uint8_t*>(w.data) + (n0 + j) * stride;
+  switch (w.dtype) {
+    case DType::F32:
+      return pack_panel<DType::F32>(rows, nr, w.cols, panel);
+    case DType::F16:
+      return pack_panel<DType::F16>(rows, nr, w.cols, panel);
+    case DType::BF16:
+      return pack_panel<DType::BF16>(rows, nr, w.cols, panel);
+    default: {  // other dtypes: dequantize to f32 rows first
+      scratch.resize(static_cast<size_t>(kNR * w.cols));  // [32][k]
+      for (int j = 0; j < nr; ++j) {
+        dequantize_row(w, n0 + j, scratch.data() + j * w.cols);
+        rows[j] = reinterpret_cast<const uint8_t*>(scratch.data() + j * w.cols);
+      }
+      return pack_panel<DType::F32>(rows, nr, w.cols, panel);
+    }
+  }
+}
+
+// The GEMM pieces for float_gemm (drivers.h).
+struct Gemm {
+  static constexpr int kMR = detail::kMR, kNR = detail::kNR;
+  static constexpr int64_t kKC = detail::kKC;
+  static void pack_rows(const WeightMatrix& w, int64_t n0, int nr, float* panel,
+                        std::vector<float>& scratch) {
+    detail::pack_rows(w, n0, nr, panel, scratch);
+  }
+  static void tile_rows(const float* x, int64_t rows, int64_t ldx, const float* panel, int64_t kc,
+                        float* y, int64_t ldy, int ncols, bool acc) {
+    detail::tile_rows(x, rows, ldx, panel, kc, y, ldy, ncols, acc);
+  }
+};
+
+// out[i][r] = x[i] . W row r, for MX rows of x and 4 weight rows.
+template <DType T, int MX>
+void gemv_4rows(const float* x, int64_t k, const uint8_t* const rows[4], int64_t prefetch,
+                float out[MX][4]) {
+  constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;
+  __m512 acc[4][MX];  // all loops over r and i unrolled: acc stays in registers
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 3
+    for (int i = 0; i < MX; ++i) acc[r][i] = _mm512_setzero_ps();
+  const int64_t k16 = k / 16 * 16;
+  for (int64_t kk = 0; kk < k16; kk += 16) {
+    __m512 xv[MX];
+#pragma GCC unroll 3
+    for (int i = 0; i < MX; ++i) xv[i] = _mm512_loadu_ps(x + i * k + kk);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      const char* line = reinterpret_cast<const char*>(rows[r]) + prefetch + kk * kBytes;
+      _mm_prefetch(line, _MM_HINT_T0);  // 32 bytes (bf16) or 64 (f32) per step
+      const __m512 wv = load16<T>(rows[r], kk);
+#pragma GCC unroll 3
+      for (int i = 0; i < MX; ++i) acc[r][i] = _mm512_fmadd_ps(wv, xv[i], acc[r][i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 3
+    for (int i = 0; i < MX; ++i) {
+      float s = hsum(acc[r][i]);
+      for (int64_t kk = k16; kk < k; ++kk) s += x[i * k + kk] * load_weight<T>(rows[r], kk);
+      out[i][r] = s;
+    }
+  }
+}
+
+// Decode (one row of x): x . W row, one row at a time so a thread's reads form one sequential
+// stream, 64 weights per step into 4 accumulators, one prefetch per 64-byte line of weights
+// `prefetch` bytes ahead.
+template <DType T>
+float dot_row(const float* x, int64_t k, const uint8_t* row, int64_t prefetch) {
+  constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  const int64_t k64 = k / 64 * 64;
+  for (int64_t kk = 0; kk < k64; kk += 64) {
+    if (prefetch) {
+      const char* line = reinterpret_cast<const char*>(row) + prefetch + kk * kBytes;
+#pragma GCC unroll 4
+      for (int64_t l = 0; l < 64 * kBytes; l += 64) _mm_prefetch(line + l, _MM_HINT_T0);
+    }
+    a0 = _mm512_fmadd_ps(load16<T>(row, kk), _mm512_loadu_ps(x + kk), a0);
+    a1 = _mm512_fmadd_ps(load16<T>(row, kk + 16), _mm512_loadu_ps(x + kk + 16), a1);
+    a2 = _mm512_fmadd_ps(load16<T>(row, kk + 32), _mm512_loadu_ps(x + kk + 32), a2);
+    a3 = _mm512_fmadd_ps(load16<T>(row, kk + 48), _mm512_loadu_ps(x + kk + 48), a3);
+  }
+  for (int64_t kk = k64; kk + 16 <= k; kk += 16)
+    a0 = _mm512_fmadd_ps(load16<T>(row, kk), _mm512_loadu_ps(x + kk), a0);
+  float s = hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  for (int64_t kk = k / 16 * 16; kk < k; ++kk) s += x[kk] * load_weight<T>(row, kk);
+  return s;
+}
+
+// The GEMV pieces for float_gemv (drivers.h).
+struct GemvGroup {
+  template <DType T>
+  static float dot_row(const float* x, int64_t k, const uint8_t* row, int64_t prefetch) {
+    return detail::dot_row<T>(x, k, row, prefetch);
+  }
+  template <DType T, int MX>
+  static void rows4(const float* x, int64_t k, const uint8_t* const rows[4], int64_t prefetch,
+                    float out[MX][4]) {
+    gemv_4rows<T, MX>(x, k, rows, prefetch, out);
+  }
+};
+
+}  // namespace
+
+void EFIM_AVX512_ENTRY(matmul_float_avx512)(ThreadPool& pool, const float* x, int64_t m,
+                                            const WeightMatrix& w, float* y) {
+  if (m < kGemmMinRows) return float_gemv<GemvGroup>(pool, x, m, w, y);
+  float_gemm<Gemm>(pool, x, m, w, y);
+}
+
+}  // namespace efim::cpu::detail
+
+#ifndef EFIM_AVX512_EMULATED
+#pragma GCC pop_options
+#endif
