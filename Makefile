@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: deps build test serve clean
+.PHONY: deps build test serve check-avx512 clean
 
 deps:
 	./scripts/deps.sh
@@ -19,6 +19,10 @@ test: build
 
 serve: build
 	./scripts/serve.sh
+
+# Optional: the native AVX-512 kernels on an emulated AVX-512 CPU (scripts/check_avx512.sh).
+check-avx512: deps
+	./scripts/check_avx512.sh
 
 clean:
 	rm -rf $(BUILD)
