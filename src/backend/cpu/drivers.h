@@ -14,9 +14,36 @@ namespace efim::cpu::detail {
 
 // ---- float weights (F32, F16, BF16; other dtypes dequantized to F32 rows first) ----
 
+// Packs weight rows [n0, n0 + nr) into panel [k][K::kNR] f32 with K::pack_panel<T>(rows, nr, k,
+// panel) (rows[j]: start of row j); dtypes other than F32/F16/BF16 are dequantized to f32 rows
+// (in `scratch`) first.
+template <class K>
+void pack_float_rows(const WeightMatrix& w, int64_t n0, int nr, float* panel,
+                     std::vector<float>& scratch) {
+  const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+  const uint8_t* rows[K::kNR];
+  for (int j = 0; j < nr; ++j) rows[j] = static_cast<const uint8_t*>(w.data) + (n0 + j) * stride;
+  switch (w.dtype) {
+    case DType::F32:
+      return K::template pack_panel<DType::F32>(rows, nr, w.cols, panel);
+    case DType::F16:
+      return K::template pack_panel<DType::F16>(rows, nr, w.cols, panel);
+    case DType::BF16:
+      return K::template pack_panel<DType::BF16>(rows, nr, w.cols, panel);
+    default: {
+      scratch.resize(static_cast<size_t>(K::kNR * w.cols));  // [kNR][k]
+      for (int j = 0; j < nr; ++j) {
+        dequantize_row(w, n0 + j, scratch.data() + j * w.cols);
+        rows[j] = reinterpret_cast<const uint8_t*>(scratch.data() + j * w.cols);
+      }
+      return K::template pack_panel<DType::F32>(rows, nr, w.cols, panel);
+    }
+  }
+}
+
 // GEMM over panels of K::kNR weight rows packed to f32, reused by every row tile of x.
 //   K::kMR, K::kNR, K::kKC: rows of x per tile, weight rows per panel, k block
-//   K::pack_rows(w, n0, nr, panel, scratch): rows [n0, n0 + nr) -> panel [k][kNR]
+//   K::pack_panel<T>: see pack_float_rows
 //   K::tile_rows(x, rows, ldx, panel, kc, y, ldy, ncols, accumulate): one k block of the tiles
 // Threads take work items (panel, block of x rows); x rows are split only when there are too
 // few panels. A thread packs a panel once for its consecutive items of that panel.
@@ -35,7 +62,7 @@ void float_gemm(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix&
                         const int64_t n0 = p * K::kNR;
                         const int nr = static_cast<int>(std::min<int64_t>(K::kNR, n - n0));
                         if (packed != p) {
-                          K::pack_rows(w, n0, nr, panel.data(), scratch);
+                          pack_float_rows<K>(w, n0, nr, panel.data(), scratch);
                           packed = p;
                         }
                         const int64_t i0 = mb * m_block, rows = std::min(m_block, m - i0);
@@ -125,9 +152,29 @@ struct QuantTile {
   int ncols;  // valid weight rows of the panel
 };
 
+// `rows` x rows from t.i0 against one panel, in tiles of K::kMR = 4 rows then one of 1-3:
+// K::tile<MR>(dtype, tile).
+template <class K>
+void quant_tile_rows(DType dt, QuantTile t, int64_t rows) {
+  static_assert(K::kMR == 4, "the remainder below handles tiles of 1-3 rows");
+  const int64_t end = t.i0 + rows;
+  for (; t.i0 + K::kMR <= end; t.i0 += K::kMR, t.y += K::kMR * t.ldy)
+    K::template tile<K::kMR>(dt, t);
+  switch (end - t.i0) {
+    case 3:
+      return K::template tile<3>(dt, t);
+    case 2:
+      return K::template tile<2>(dt, t);
+    case 1:
+      return K::template tile<1>(dt, t);
+    default:
+      return;
+  }
+}
+
 // GEMM over interleaved panels of K::kNR weight rows.
 //   K::kMR, K::kNR, K::kPanelBlockBytes: x rows per tile, weight rows per panel, bytes of one
-//   block of a panel; K::pack_panel(w, n0, nr, quants, scales); K::tile_rows(dtype, tile, rows)
+//   block of a panel; K::pack_panel(w, n0, nr, quants, scales); K::tile<MR>: quant_tile_rows
 template <class K>
 void quant_gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y) {
   const int64_t m = a.m, n = w.rows;
@@ -150,7 +197,7 @@ void quant_gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w,
                         }
                         const int64_t i0 = mb * m_block;
                         QuantTile t{&a, i0, quants.data(), scales.data(), y + i0 * n + n0, n, nr};
-                        K::tile_rows(w.dtype, t, std::min(m_block, m - i0));
+                        quant_tile_rows<K>(w.dtype, t, std::min(m_block, m - i0));
                       }
                     });
 }

@@ -135,37 +135,13 @@ void tile_rows(const float* x, int64_t rows, int64_t ldx, const float* panel, in
   tail_tile<kMR - 1>(rows - i, x + i * ldx, ldx, panel, kc, y + i * ldy, ldy, ncols, acc);
 }
 
-// Packs the panel of weight rows [n0, n0 + nr) into `panel` ([k][32] f32).
-void pack_rows(const WeightMatrix& w, int64_t n0, int nr, float* panel,
-               std::vector<float>& scratch) {
-  const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
-  const uint8_t* rows[kNR];
-  for (int j = 0; j < nr; ++j) rows[j] = static_cast<const uint8_t*>(w.data) + (n0 + j) * stride;
-  switch (w.dtype) {
-    case DType::F32:
-      return pack_panel<DType::F32>(rows, nr, w.cols, panel);
-    case DType::F16:
-      return pack_panel<DType::F16>(rows, nr, w.cols, panel);
-    case DType::BF16:
-      return pack_panel<DType::BF16>(rows, nr, w.cols, panel);
-    default: {  // other dtypes: dequantize to f32 rows first
-      scratch.resize(static_cast<size_t>(kNR * w.cols));  // [32][k]
-      for (int j = 0; j < nr; ++j) {
-        dequantize_row(w, n0 + j, scratch.data() + j * w.cols);
-        rows[j] = reinterpret_cast<const uint8_t*>(scratch.data() + j * w.cols);
-      }
-      return pack_panel<DType::F32>(rows, nr, w.cols, panel);
-    }
-  }
-}
-
 // The GEMM pieces for float_gemm (drivers.h).
 struct Gemm {
   static constexpr int kMR = detail::kMR, kNR = detail::kNR;
   static constexpr int64_t kKC = detail::kKC;
-  static void pack_rows(const WeightMatrix& w, int64_t n0, int nr, float* panel,
-                        std::vector<float>& scratch) {
-    detail::pack_rows(w, n0, nr, panel, scratch);
+  template <DType T>
+  static void pack_panel(const uint8_t* const* rows, int nr, int64_t k, float* panel) {
+    detail::pack_panel<T>(rows, nr, k, panel);
   }
   static void tile_rows(const float* x, int64_t rows, int64_t ldx, const float* panel, int64_t kc,
                         float* y, int64_t ldy, int ncols, bool acc) {

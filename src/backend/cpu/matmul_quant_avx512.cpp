@@ -163,21 +163,6 @@ void tile_any(DType dt, const QuantTile& t) {
     tile<MR, false>(t);
 }
 
-void tile_rows(DType dt, QuantTile t, int64_t rows) {
-  const int64_t end = t.i0 + rows;
-  for (; t.i0 + kMR <= end; t.i0 += kMR, t.y += kMR * t.ldy) tile_any<kMR>(dt, t);
-  switch (end - t.i0) {
-    case 3:
-      return tile_any<3>(dt, t);
-    case 2:
-      return tile_any<2>(dt, t);
-    case 1:
-      return tile_any<1>(dt, t);
-    default:
-      return;
-  }
-}
-
 // The GEMM pieces for quant_gemm (drivers.h).
 struct Gemm {
   static constexpr int kMR = detail::kMR, kNR = detail::kNR;
@@ -186,8 +171,9 @@ struct Gemm {
                          float* scales) {
     detail::pack_panel(w, n0, nr, quants, scales);
   }
-  static void tile_rows(DType dt, const QuantTile& t, int64_t rows) {
-    detail::tile_rows(dt, t, rows);
+  template <int MR>
+  static void tile(DType dt, const QuantTile& t) {
+    tile_any<MR>(dt, t);
   }
 };
 
