@@ -31,8 +31,8 @@ bool kernel_supported(CpuKernel k) {
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("f16c");
     case CpuKernel::Avx512:
-      // libgcc's feature bits for AVX-512 include the OS check (XCR0 enables the opmask and
-      // zmm state), so a kernel that hides it from a process is respected.
+      // libgcc sets its AVX-512 feature bits only when the OS has enabled the opmask and zmm
+      // register state (XCR0), so this also says the OS supports it.
       return kernel_supported(CpuKernel::Avx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw");
   }
