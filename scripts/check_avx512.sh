@@ -30,15 +30,18 @@ bash scripts/avx512_bochs.sh "${CPU_ARGS[@]}" --timeout 2400 "$BUILD/tests/backe
 # Greedy ids of `efim generate` here (AVX2) and in the guest (AVX-512) for one model.
 PROMPT=$'<fim_prefix>def mean(xs):\n    total = 0\n    for x in xs:\n        <fim_suffix>\n    return total / len(xs)\n<fim_middle>'
 compare_generate() {
-  local model=$1 name=$2
-  local host guest
+  local model=$1 name=$2 host out guest
   host=$(EFIM_KERNEL=avx2 "$BUILD/bin/efim" generate "$model" "$PROMPT" --special -n 24 --ids -t 1 \
     2>/dev/null | xargs)
-  guest=$(bash scripts/avx512_bochs.sh "${CPU_ARGS[@]}" --timeout 2400 --add "$model" \
-    --env EFIM_KERNEL=avx512 "$BUILD/bin/efim" generate "$(basename "$model")" "$PROMPT" --special -n 24 --ids -t 1 |
-    tee /dev/stderr | tr -d '\r' | awk '/EFIM_RUN_BEGIN/ {on = 1; next}
+  out=$(bash scripts/avx512_bochs.sh "${CPU_ARGS[@]}" --timeout 2400 --add "$model" \
+    --env EFIM_KERNEL=avx512 "$BUILD/bin/efim" generate "$(basename "$model")" "$PROMPT" \
+    --special -n 24 --ids -t 1 2>&1) ||
+    { echo "$out"; echo "check_avx512: $name: the guest run failed" >&2; exit 1; }
+  echo "$out"
+  # The ids: the binary's output between the markers, without efim's timing line.
+  guest=$(printf '%s\n' "$out" | tr -d '\r' | awk '/EFIM_RUN_BEGIN/ {on = 1; next}
       on { i = index($0, "EFIM_RUN_END"); if (i) { print substr($0, 1, i - 1); on = 0 } else print }' |
-    grep -v '^prompt:' | xargs)  # the ids; efim's timing line goes to the same console
+    grep -v '^prompt:' | xargs)
   echo "$name avx2 (here):       $host"
   echo "$name avx512 (emulated): $guest"
   [ -n "$host" ] && [ "$host" = "$guest" ] ||
