@@ -35,6 +35,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #include "backend/cpu/avx2_helpers.h"
+#include "backend/cpu/quant_blocks_avx2.h"
 
 namespace efim::cpu::detail {
 
@@ -44,10 +45,6 @@ constexpr int kNR = 8;  // weight rows per interleaved panel
 constexpr int kMR = 4;  // x rows per micro-tile
 constexpr int64_t kGemmMinRows = 3;
 constexpr int kPanelBlockBytes = kNR * kQBlock;  // 256 bytes per block of a panel
-
-inline float f16(uint16_t h) {
-  return _cvtsh_ss(h);
-}
 
 inline __m256i bcast4(const int8_t* p) {
   int32_t v;
@@ -68,17 +65,13 @@ void pack_panel(const WeightMatrix& w, int64_t n0, int nr, uint8_t* quants, floa
     __m256i v[8];  // loops over v[] unrolled: it stays in registers
 #pragma GCC unroll 8
     for (int r = 0; r < kNR; ++r) {
+      float& d = scales[b * kNR + r];
       if (r >= nr) {
         v[r] = _mm256_setzero_si256();
-        scales[b * kNR + r] = 0.0f;
-      } else if (q4) {
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(base + r * stride) + b;
-        v[r] = unpack_q4(blk->qs);
-        scales[b * kNR + r] = f16(blk->d);
+        d = 0.0f;
       } else {
-        const auto* blk = reinterpret_cast<const BlockQ8_0*>(base + r * stride) + b;
-        v[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-        scales[b * kNR + r] = f16(blk->d);
+        v[r] = q4 ? load_weight_block<DType::Q4_0>(base + r * stride, b, d)
+                  : load_weight_block<DType::Q8_0>(base + r * stride, b, d);
       }
     }
     transpose8_epi32(v);  // v[s] = 4 quants of step s for rows 0..7
@@ -198,20 +191,6 @@ struct Gemm {
 };
 
 // ---- GEMV ----
-
-// Block b of a weight row: its quants (Q4_0 nibbles unpacked to 0..15) and, in dw, its scale.
-template <DType T>
-inline __m256i load_weight_block(const uint8_t* row, int64_t b, float& dw) {
-  if constexpr (T == DType::Q4_0) {
-    const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-    dw = f16(blk->d);
-    return unpack_q4(blk->qs);
-  } else {
-    const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-    dw = f16(blk->d);
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-  }
-}
 
 // Integer dot of one weight block with one block of x quants, in 8 int32 lanes whose sum is
 // the dot. x_sum: the sum of the x block's quants (Q4_0's -8 offset: one lane carries

@@ -40,6 +40,7 @@
 #pragma GCC target("avx512f,avx512bw,avx2,fma,f16c")
 #endif
 #include "backend/cpu/avx512_helpers.h"
+#include "backend/cpu/quant_blocks_avx2.h"
 
 namespace efim::cpu::detail {
 
@@ -49,10 +50,6 @@ constexpr int kNR = 16;  // weight rows per interleaved panel
 constexpr int kMR = 4;   // x rows per micro-tile
 constexpr int64_t kGemmMinRows = 3;
 constexpr int kPanelBlockBytes = kNR * kQBlock;  // 512 bytes per block of a panel
-
-inline float f16(uint16_t h) {
-  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
 
 // x with the sign of w: x where w > 0, -x where w < 0 (where w == 0 the product is 0 anyway).
 inline __m512i sign_of(__m512i x, __m512i w) {
@@ -72,17 +69,13 @@ void pack_panel(const WeightMatrix& w, int64_t n0, int nr, uint8_t* quants, floa
     __m256i v[kNR];  // loops over v[] unrolled: it stays in registers
 #pragma GCC unroll 16
     for (int r = 0; r < kNR; ++r) {
+      float& d = scales[b * kNR + r];
       if (r >= nr) {
         v[r] = _mm256_setzero_si256();
-        scales[b * kNR + r] = 0.0f;
-      } else if (q4) {
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(base + r * stride) + b;
-        v[r] = unpack_q4(blk->qs);
-        scales[b * kNR + r] = f16(blk->d);
+        d = 0.0f;
       } else {
-        const auto* blk = reinterpret_cast<const BlockQ8_0*>(base + r * stride) + b;
-        v[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-        scales[b * kNR + r] = f16(blk->d);
+        v[r] = q4 ? load_weight_block<DType::Q4_0>(base + r * stride, b, d)
+                  : load_weight_block<DType::Q8_0>(base + r * stride, b, d);
       }
     }
     transpose8_epi32(v);      // v[s]: 4 quants of step s for rows 0..7
@@ -187,15 +180,8 @@ inline __m512i weight_blocks(const uint8_t* row, int64_t b, __m512& dw) {
   float d[2] = {0.0f, 0.0f};
 #pragma GCC unroll 2
   for (int h = 0; h < (kTwo ? 2 : 1); ++h) {
-    if constexpr (T == DType::Q4_0) {
-      const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b + h;
-      q[h] = _mm256_sub_epi8(unpack_q4(blk->qs), _mm256_set1_epi8(8));
-      d[h] = f16(blk->d);
-    } else {
-      const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b + h;
-      q[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-      d[h] = f16(blk->d);
-    }
+    q[h] = load_weight_block<T>(row, b + h, d[h]);
+    if constexpr (T == DType::Q4_0) q[h] = _mm256_sub_epi8(q[h], _mm256_set1_epi8(8));
   }
   dw = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d[0]), _mm512_set1_ps(d[1]));
   return join256(q[0], q[1]);
