@@ -7,15 +7,32 @@
 #include "base/error.h"
 #include "base/progress.h"
 #include "engine/engine.h"
+#include "infill/healing.h"
 #include "infill/stop.h"
 
 namespace efim::eval {
+
+std::string Scheme::name() const {
+  return std::string(order_name(order)) + (heal ? "-heal" : "") + (heal && exact ? "-exact" : "");
+}
+
+Scheme parse_scheme(std::string_view name) {
+  for (FimOrder o : {FimOrder::psm, FimOrder::efim}) {
+    for (const auto& [heal, exact] : {std::pair{false, false}, {true, false}, {true, true}}) {
+      const Scheme s{o, heal, exact};
+      if (s.name() == name) return s;
+    }
+  }
+  fail("unknown scheme '", name,
+       "' (expected psm, efim, psm-heal, efim-heal, psm-heal-exact or efim-heal-exact)");
+}
+
 namespace {
 
 // The prompt of one job, trimmed to the budget (the layout keeps the text nearest the hole).
 FimPrompt build_prompt(const FimLayout& layout, const InfillJob& j, size_t budget) {
   FimParts parts;
-  if (j.order == FimOrder::efim) {
+  if (j.scheme.order == FimOrder::efim) {
     const size_t split = std::min(j.split, j.prefix.size());
     parts.prefix = std::string_view(j.prefix).substr(0, split);
     parts.inc = std::string_view(j.prefix).substr(split);
@@ -23,7 +40,7 @@ FimPrompt build_prompt(const FimLayout& layout, const InfillJob& j, size_t budge
     parts.prefix = j.prefix;
   }
   parts.suffix = j.suffix;
-  return layout.build(parts, j.order, budget);
+  return layout.build(parts, j.scheme.order, budget);
 }
 
 }  // namespace
@@ -53,7 +70,6 @@ std::vector<InfillOutput> generate_infills(Model& model, const Tokenizer& tok,
   Engine engine(model, eo);
   for (size_t i = 0; i < jobs.size(); ++i) {
     FimPrompt p = build_prompt(layout, jobs[i], budget);
-    out[i].n_prompt = static_cast<int32_t>(p.tokens.size());
     out[i].truncated = p.truncated;
     Request r;
     r.prompt = std::move(p.tokens);
@@ -61,6 +77,15 @@ std::vector<InfillOutput> generate_infills(Model& model, const Tokenizer& tok,
     r.sampling.seed = jobs[i].seed;
     r.max_tokens = o.max_new_tokens;
     r.stop_tokens = stops;
+    if (jobs[i].scheme.heal) {  // as the server heals: the removed tokens go to max_tokens
+      const HealBackoff h = heal_backoff(*engine.vocab_index(), r.prompt, p.middle_end);
+      r.prompt.resize(r.prompt.size() - h.n_tokens);
+      r.heal_bytes = h.bytes;
+      r.heal_exact = jobs[i].scheme.exact;
+      r.max_tokens += int32_t(h.n_tokens);
+      out[i].n_healed = int32_t(h.n_tokens);
+    }
+    out[i].n_prompt = static_cast<int32_t>(r.prompt.size());
     streams[i] = engine.submit(std::move(r));
   }
   std::optional<ProgressBar> bar;

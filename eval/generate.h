@@ -14,11 +14,25 @@
 
 namespace efim::eval {
 
+// A prompt scheme of the evaluation: the layout, and whether the text after <MID> is
+// token-healed (infill/healing.h), constrained step by step or with the exact variant
+// (sampling/covering.h). Names: psm, efim, psm-heal, efim-heal, psm-heal-exact,
+// efim-heal-exact. psm-heal is a control: a PSM prompt has no text after <MID>, so healing
+// must change nothing.
+struct Scheme {
+  FimOrder order = FimOrder::psm;
+  bool heal = false;
+  bool exact = false;  // with heal
+  std::string name() const;
+  bool operator==(const Scheme&) const = default;
+};
+Scheme parse_scheme(std::string_view name);  // throws Error listing the names
+
 // One hole to fill. EFIM: prefix[:split] goes before <SUF> (the cached p0), prefix[split:]
 // after <MID> (inc), as the EFIM paper evaluates; PSM ignores split.
 struct InfillJob {
   std::string prefix, suffix;
-  FimOrder order = FimOrder::psm;
+  Scheme scheme;
   size_t split = 0;
   uint64_t seed = 0;  // sampling seed of this request
 };
@@ -38,6 +52,7 @@ struct InfillOutput {
   int32_t n_generated = 0;
   std::string finish;        // "stop" (a stop token) or "length"
   bool truncated = false;    // the layout cut prefix or suffix to fit the context
+  int32_t n_healed = 0;      // prompt tokens token healing backed off (0: none)
 };
 
 // Results in job order. Deterministic for the same jobs, model and options.

@@ -35,9 +35,10 @@ ItemResult base_item(const std::string& model, const char* kind, const std::stri
   r.model = model;
   r.kind = kind;
   r.subset = subset;
-  r.scheme = std::string(order_name(j.order));
+  r.scheme = j.scheme.name();
   r.variant = variant;
-  r.split = j.order == FimOrder::efim ? j.split : 0;
+  r.split = j.scheme.order == FimOrder::efim ? j.split : 0;
+  r.n_healed = g.n_healed;
   r.n_prompt = g.n_prompt;
   r.n_generated = g.n_generated;
   r.finish = g.finish;
@@ -58,8 +59,8 @@ SpanSet make_span_jobs(const std::vector<SourceFile>& files, const EvalOptions& 
     const std::string suffix(keep_head(t.substr(s.end), o.suffix_chars));
     std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + i);
     const size_t split = efim_split(prefix, rng);
-    for (FimOrder order : o.schemes) {
-      set.jobs.push_back({prefix, suffix, order, split, o.seed + i});
+    for (const Scheme& scheme : o.schemes) {
+      set.jobs.push_back({prefix, suffix, scheme, split, o.seed + i});
       set.refs.emplace_back(t.substr(s.begin, s.end - s.begin));
       set.ids.push_back(str(files[s.file].name, ":", s.begin, "-", s.end));
     }
@@ -83,8 +84,8 @@ std::vector<InfillJob> make_humaneval_jobs(const std::vector<HumanEvalTask>& tas
   for (const auto& t : tasks) {
     std::mt19937_64 rng(hash_id(t.task_id, o.seed));
     const size_t split = efim_split(t.prompt, rng);
-    for (FimOrder order : o.schemes)
-      jobs.push_back({t.prompt, t.suffix, order, split, hash_id(t.task_id, o.seed + 1)});
+    for (const Scheme& scheme : o.schemes)
+      jobs.push_back({t.prompt, t.suffix, scheme, split, hash_id(t.task_id, o.seed + 1)});
   }
   return jobs;
 }

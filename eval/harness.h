@@ -18,7 +18,7 @@ namespace efim::eval {
 
 struct EvalOptions {
   bool random_span = true, humaneval = true;
-  std::vector<FimOrder> schemes = {FimOrder::psm, FimOrder::efim};
+  std::vector<Scheme> schemes = {{FimOrder::psm}, {FimOrder::efim}};
   std::vector<std::string> subsets = {"single", "multi", "random"};  // HumanEval subsets
   size_t n_spans = 500;
   uint64_t seed = 1;
@@ -40,6 +40,7 @@ struct ItemResult {
   bool passed = false;       // humaneval
   std::string status;        // humaneval: sandbox status
   int32_t n_prompt = 0, n_generated = 0;
+  int32_t n_healed = 0;      // prompt tokens backed off by token healing
   std::string finish;
 };
 

@@ -78,7 +78,8 @@ nlohmann::json to_json(const std::vector<ItemResult>& items, const std::vector<S
                         {"scheme", it.scheme},     {"variant", it.variant},
                         {"completion", it.completion}, {"reference", it.reference},
                         {"split", it.split},       {"n_prompt", it.n_prompt},
-                        {"n_generated", it.n_generated}, {"finish", it.finish}};
+                        {"n_generated", it.n_generated}, {"n_healed", it.n_healed},
+                        {"finish", it.finish}};
     if (it.kind == "span") {
       e["em"] = it.em;
       e["es"] = it.es;

@@ -24,6 +24,8 @@ std::string_view scheme_name(Scheme s) {
       return "cache-efim";
     case Scheme::cache_auto:
       return "cache-auto";
+    case Scheme::cache_auto_noheal:
+      return "cache-auto-noheal";
   }
   return "?";
 }
@@ -31,10 +33,13 @@ std::string_view scheme_name(Scheme s) {
 Scheme parse_scheme(std::string_view name) {
   for (Scheme s : all_schemes())
     if (scheme_name(s) == name) return s;
+  if (name == scheme_name(Scheme::cache_auto_noheal)) return Scheme::cache_auto_noheal;
   fail("unknown scheme '", name,
        "' (valid: nocache-psm, cache-psm, cache-spm, cache-efim, "
-       "cache-auto, or all)");
+       "cache-auto, cache-auto-noheal, or all)");
 }
+
+bool is_auto(Scheme s) { return s == Scheme::cache_auto || s == Scheme::cache_auto_noheal; }
 
 std::vector<Scheme> parse_schemes(std::string_view list) {
   if (list == "all") return all_schemes();
@@ -54,7 +59,8 @@ std::vector<Scheme> parse_schemes(std::string_view list) {
 SchemeServer scheme_server(Scheme s) {
   SchemeServer srv;
   srv.prefix_cache = s != Scheme::nocache_psm;
-  srv.infill_mode = s == Scheme::cache_auto ? "auto" : "psm";
+  srv.infill_mode = is_auto(s) ? "auto" : "psm";
+  srv.token_healing = s == Scheme::cache_auto_noheal ? "off" : "auto";
   return srv;
 }
 
@@ -69,6 +75,8 @@ std::string_view scheme_layout(Scheme s) {
       return "client EFIM ids";
     case Scheme::cache_auto:
       return "server auto (text + suffix)";
+    case Scheme::cache_auto_noheal:
+      return "server auto, no token healing";
   }
   return "?";
 }
@@ -76,7 +84,7 @@ std::string_view scheme_layout(Scheme s) {
 std::vector<int32_t> scheme_tokens(const FimLayout& layout, Scheme s, const UserDoc& u, int r) {
   EFIM_CHECK(r >= 0 && size_t(r) < u.typed.size(), "round ", r, " out of range [0, ",
              u.typed.size(), ") for ", u.path);
-  EFIM_CHECK(s != Scheme::cache_auto, "cache-auto sends text; the server builds its tokens");
+  EFIM_CHECK(!is_auto(s), "cache-auto sends text; the server builds its tokens");
   const std::string whole_prefix = u.prefix + u.typed[size_t(r)];
   FimParts parts;
   parts.suffix = u.suffix;
@@ -103,7 +111,7 @@ nlohmann::json request_body(const FimLayout& layout, Scheme s, const UserDoc& u,
                          {"stream", true},
                          {"ignore_eos", true},
                          {"seed", sp.seed + request_index}};
-  if (s == Scheme::cache_auto) {
+  if (is_auto(s)) {
     body["prompt"] = u.prefix + u.typed.at(size_t(r));
     body["suffix"] = u.suffix;
   } else {

@@ -11,6 +11,8 @@
 //   cache-spm     prefix cache           SPM ids of (p + t, s)
 //   cache-efim    prefix cache           EFIM ids: P p S s M t       the paper's "EFIM"
 //   cache-auto    --infill-mode auto     {"prompt": p + t, "suffix": s}
+//   cache-auto-noheal  the same with --token-healing off (not in "all": it measures what
+//                 token healing costs cache-auto; for a fragment-trained model both are equal)
 // As in the authors' scripts, p + t is one piece in PSM/SPM (the user's whole prefix) and t is
 // one piece in EFIM (tokenized whole each round).
 #pragma once
@@ -26,16 +28,20 @@
 
 namespace efim::bench {
 
-enum class Scheme : uint8_t { nocache_psm, cache_psm, cache_spm, cache_efim, cache_auto };
+enum class Scheme : uint8_t {
+  nocache_psm, cache_psm, cache_spm, cache_efim, cache_auto, cache_auto_noheal
+};
 
 std::string_view scheme_name(Scheme s);                          // "nocache-psm", ...
 Scheme parse_scheme(std::string_view name);                      // throws Error listing the names
 std::vector<Scheme> parse_schemes(std::string_view comma_list);  // "all" = every scheme
-const std::vector<Scheme>& all_schemes();
+const std::vector<Scheme>& all_schemes();  // the five above; "all"
+bool is_auto(Scheme s);                      // cache-auto or cache-auto-noheal (text requests)
 
 struct SchemeServer {
   bool prefix_cache = true;
   std::string infill_mode = "psm";  // --infill-mode (matters only for cache-auto's text requests)
+  std::string token_healing = "auto";  // --token-healing
 };
 SchemeServer scheme_server(Scheme s);
 // Human-readable layout, for the report ("PSM ids", "server auto", ...).

@@ -63,6 +63,8 @@ std::vector<std::string> serve_argv(const ServeSpec& s) {
                                 "0",
                                 "--infill-mode",
                                 s.infill_mode,
+                                "--token-healing",
+                                s.token_healing,
                                 "--kv-cache-mb",
                                 std::to_string(s.kv_cache_mb),
                                 "-t",

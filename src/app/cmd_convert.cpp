@@ -1,20 +1,78 @@
-// `efim convert HF_DIR -o OUT.gguf [--dtype bf16|f16|f32|q8_0|q4_0]`.
+// `efim convert HF_DIR -o OUT.gguf [--dtype bf16|f16|f32|q8_0|q4_0] [--set KEY=VALUE ...]`, and
+// `efim convert IN.gguf -o OUT.gguf --set KEY=VALUE ...`: a GGUF copied with its tensors byte
+// for byte and its metadata edited (e.g. --set efim.fragment_tokenization=true declares a
+// fragment-trained model, see infill/healing.h).
 #include <cstdio>
 #include <memory>
 
 #include "app/commands.h"
 #include "app/loaded.h"
+#include "base/error.h"
 #include "base/progress.h"
+#include "format/gguf.h"
 
 namespace efim::app {
 namespace {
 
 struct ConvertArgs {
   std::string input, output, dtype = "bf16";
+  std::vector<std::string> set;  // KEY=VALUE
 };
 
+// VALUE: true/false -> bool, an integer -> i32 (i64 when it does not fit), a number -> f32,
+// anything else -> string.
+GgufValue parse_value(const std::string& v) {
+  if (v == "true" || v == "false") return gguf_bool(v == "true");
+  size_t used = 0;
+  try {
+    const long long i = std::stoll(v, &used);
+    if (used == v.size()) {
+      if (i >= INT32_MIN && i <= INT32_MAX) return gguf_int(GgufType::I32, i);
+      return gguf_int(GgufType::I64, i);
+    }
+    const double d = std::stod(v, &used);
+    if (used == v.size()) return gguf_float(GgufType::F32, d);
+  } catch (const std::exception&) {
+  }
+  return gguf_string(v);
+}
+
+void apply_sets(const std::vector<std::string>& sets, GgufWriter& w) {
+  for (const std::string& s : sets) {
+    const size_t eq = s.find('=');
+    EFIM_CHECK(eq != std::string::npos && eq > 0, "--set takes KEY=VALUE, got '", s, "'");
+    w.set(s.substr(0, eq), parse_value(s.substr(eq + 1)));
+  }
+}
+
+void rewrite_gguf(const ConvertArgs& a) {
+  const GgufFile in = GgufFile::open(a.input);
+  GgufWriter w;
+  for (const std::string& key : in.metadata_order()) {
+    if (key == "general.alignment") continue;  // the writer's own
+    w.set(key, *in.get(key));
+  }
+  apply_sets(a.set, w);
+  uint64_t bytes = 0;
+  for (const std::string& name : in.tensor_names()) {
+    const TensorView t = *in.find(name);
+    w.add_tensor(name, t.dtype, t.shape, t.data, t.nbytes);
+    bytes += t.nbytes;
+  }
+  w.write(a.output);
+  std::printf("wrote %s: %zu tensors copied (%s), %zu metadata keys set\n", a.output.c_str(),
+              in.tensor_names().size(), human_bytes(double(bytes)).c_str(), a.set.size());
+}
+
 void run_convert(const ConvertArgs& a) {
-  const ConvertResult r = convert_folder_to_gguf(a.input, a.output, dtype_from_name(a.dtype), true);
+  if (is_gguf_path(a.input)) return rewrite_gguf(a);
+  ConvertResult r;
+  if (a.set.empty()) {
+    r = convert_folder_to_gguf(a.input, a.output, dtype_from_name(a.dtype), true);
+  } else {
+    r = convert_folder_to_gguf(a.input, a.output, dtype_from_name(a.dtype), true,
+                               [&](GgufWriter& w) { apply_sets(a.set, w); });
+  }
   std::printf("wrote %s: %lld tensors, %s of tensor data (%s)\n", a.output.c_str(),
               static_cast<long long>(r.n_tensors), human_bytes(double(r.tensor_bytes)).c_str(),
               r.config.summary().c_str());
@@ -24,12 +82,17 @@ void run_convert(const ConvertArgs& a) {
 
 void register_convert(CLI::App& app) {
   auto a = std::make_shared<ConvertArgs>();
-  auto* cmd = app.add_subcommand("convert", "Convert a Hugging Face folder to GGUF");
-  cmd->add_option("input", a->input, "HF folder: config.json, safetensors, tokenizer.json")
+  auto* cmd = app.add_subcommand(
+      "convert", "Convert a Hugging Face folder to GGUF, or copy a GGUF with edited metadata");
+  cmd->add_option("input", a->input,
+                  "HF folder (config.json, safetensors, tokenizer.json) or a .gguf file")
       ->required();
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
-  cmd->add_option("--dtype", a->dtype, "Matrix dtype: f32, f16, bf16, q8_0 or q4_0")
+  cmd->add_option("--dtype", a->dtype, "Matrix dtype: f32, f16, bf16, q8_0 or q4_0 (HF input)")
       ->capture_default_str();
+  cmd->add_option("--set", a->set,
+                  "KEY=VALUE metadata to set (true/false, integers, numbers, else a string), "
+                  "e.g. efim.fragment_tokenization=true");
   cmd->callback([a] { run_convert(*a); });
 }
 

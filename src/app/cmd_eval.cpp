@@ -43,8 +43,7 @@ void configure(EvalArgs& a) {
   a.opt.humaneval = a.suite != "random-span";
   a.opt.schemes.clear();
   for (const auto& s : split_list(a.schemes)) {
-    EFIM_CHECK(s == "psm" || s == "efim", "--schemes takes psm and/or efim, got '", s, "'");
-    a.opt.schemes.push_back(s == "psm" ? FimOrder::psm : FimOrder::efim);
+    a.opt.schemes.push_back(eval::parse_scheme(s));
   }
   EFIM_CHECK(!a.opt.schemes.empty(), "--schemes is empty");
   a.opt.subsets = split_list(a.subsets);
@@ -129,7 +128,11 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--sources", a->sources, "Held-out Python files for random spans")
       ->capture_default_str();
   cmd->add_option("--n-spans", a->opt.n_spans, "Random spans")->capture_default_str();
-  cmd->add_option("--schemes", a->schemes, "psm,efim")->capture_default_str();
+  cmd->add_option("--schemes", a->schemes,
+                  "Comma-separated: psm, efim, psm-heal, efim-heal, psm-heal-exact, "
+                  "efim-heal-exact (token healing of the text after the middle sentinel, "
+                  "constrained or exact)")
+      ->capture_default_str();
   cmd->add_option("--subsets", a->subsets, "HumanEval subsets: single,multi,random")
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Output folder (eval.json, eval.md)")->capture_default_str();

@@ -21,6 +21,8 @@ namespace {
 struct ServeArgs {
   std::string model;
   std::string infill_mode = "auto";
+  std::string token_healing = "auto";
+  std::string heal_variant = "constrained";
   int threads = 0;
   int64_t kv_cache_mb = 256;
   bool no_prefix_cache = false;
@@ -77,9 +79,14 @@ void run_serve(ServeArgs& a) {
   EFIM_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535], got ",
              a.server.port);
   a.server.infill_mode = parse_mode(a.infill_mode);
+  a.server.healing.mode = parse_healing_mode(a.token_healing);
+  EFIM_CHECK(a.heal_variant == "constrained" || a.heal_variant == "exact",
+             "--token-healing-variant takes constrained or exact, got '", a.heal_variant, "'");
+  a.server.healing.exact = a.heal_variant == "exact";
   a.server.model_id = model_id(a.model);
   StopOnSignal signals;
   LoadedModel m = load_model(a.model, a.threads);
+  a.server.healing.fragment_trained = m.model->config().fragment_tokenization;
   EngineOptions eo;
   eo.kv_cache_bytes = a.kv_cache_mb << 20;
   eo.kv.prefix_cache = !a.no_prefix_cache;
@@ -87,8 +94,12 @@ void run_serve(ServeArgs& a) {
   Engine engine(*m.model, eo);
   Server server(engine, m.tokenizer, int32_t(m.model->config().max_position), a.server);
   const int port = server.bind();
-  std::fprintf(stderr, "efim: serving %s on http://%s:%d (infill mode %s, prefix cache %s)\n",
+  std::fprintf(stderr,
+               "efim: serving %s on http://%s:%d (infill mode %s, token healing %s%s, prefix "
+               "cache %s)\n",
                a.server.model_id.c_str(), a.server.host.c_str(), port, a.infill_mode.c_str(),
+               a.token_healing.c_str(),
+               a.server.healing.fragment_trained ? " (fragment-trained model)" : "",
                a.no_prefix_cache ? "off" : "on");
   signals.start(server);
   server.listen();
@@ -108,6 +119,14 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "K/V cache memory in MiB")
       ->capture_default_str();
   cmd->add_option("--infill-mode", a->infill_mode, "psm, spm, efim or auto")
+      ->capture_default_str();
+  cmd->add_option("--token-healing", a->token_healing,
+                  "auto (heal the text after the middle sentinel unless the model is "
+                  "fragment-trained, and plain prompts ending inside a word), on or off")
+      ->capture_default_str();
+  cmd->add_option("--token-healing-variant", a->heal_variant,
+                  "constrained (mask each step to the removed bytes) or exact (draw from every "
+                  "covering of them, weighed by the model; a few probe sequences per request)")
       ->capture_default_str();
   cmd->add_option("--api-key", a->server.api_key, "Require Authorization: Bearer KEY");
   cmd->add_option("--max-requests", a->server.max_concurrent_requests,

@@ -244,6 +244,24 @@ void save_checkpoint_now(const TrainArgs& a, const RunState& r, const train::Tra
   std::fprintf(stderr, "checkpoint %s (step %lld)\n", a.checkpoint_dir.c_str(), (long long)st.step);
 }
 
+// Training on fragment-tokenized shards (efim data build --fragment-rate > 0) is declared in
+// the saved config.json ("efim_fragment_tokenization", with the rate), which the converter
+// carries into the GGUF as efim.fragment_tokenization: the server then knows that the model
+// continues partial words after the middle sentinel and does not token-heal its EFIM prompts.
+void declare_fragment_training(const std::string& out, const std::string& data) {
+  if (!train::is_shard_dir(data)) return;
+  const auto index = nlohmann::json::parse(
+      read_file((std::filesystem::path(data) / "index.json").string()), nullptr, false);
+  if (index.is_discarded() || !index.contains("build")) return;
+  const double rate = index["build"].value("fragment_rate", 0.0);
+  if (rate <= 0) return;
+  const std::string path = (std::filesystem::path(out) / "config.json").string();
+  auto cfg = nlohmann::ordered_json::parse(read_file(path));
+  cfg["efim_fragment_tokenization"] = true;
+  cfg["efim_fragment_rate"] = rate;
+  write_file(path, cfg.dump(1) + "\n");
+}
+
 // The saved HF folder as <out>/model-<dtype>.gguf, the file `efim serve` takes.
 void write_gguf(const std::string& out, const std::string& dtype) {
   const std::string path = (std::filesystem::path(out) / ("model-" + dtype + ".gguf")).string();
@@ -306,6 +324,7 @@ void run_train(TrainArgs a) {
   }
   bar.finish();
   train::save_hf_params(r.p, train::SaveOptions{a.out, save_dtype, r.tok_dir, 0});
+  declare_fragment_training(a.out, a.data);
   std::printf("saved %s (%s)\n", a.out.c_str(), a.save_dtype.c_str());
   if (a.gguf != "none") write_gguf(a.out, a.gguf);
 }

@@ -29,13 +29,17 @@ Tokenizer load_tokenizer(const std::string& path) {
 }
 
 ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
-                                     DType dtype, bool progress_bar) {
+                                     DType dtype, bool progress_bar,
+                                     const std::function<void(GgufWriter&)>& extra) {
   ConvertOptions opts;
   opts.input_dir = hf_dir;
   opts.output_path = gguf_path;
   opts.out_dtype = dtype;
   Tokenizer tok = load_tokenizer(hf_dir);
-  opts.tokenizer_writer = [&tok](GgufWriter& w) { tok.write_gguf_metadata(w); };
+  opts.tokenizer_writer = [&tok, &extra](GgufWriter& w) {
+    tok.write_gguf_metadata(w);
+    if (extra) extra(w);
+  };
   std::unique_ptr<ProgressBar> bar;
   if (progress_bar)
     opts.progress = [&bar](int64_t done, int64_t total, const std::string& name) {

@@ -38,6 +38,7 @@ Engine::Engine(Model& model, const EngineOptions& options)
     : model_(model),
       opt_(options),
       eos_(resolve_eos(model.config(), options)),
+      vocab_index_(options.tokenizer ? std::make_unique<VocabIndex>(*options.tokenizer) : nullptr),
       kv_(resolve_kv(model.config(), options)),
       cache_(model.config().n_layers, int64_t(kv_.stats().total_blocks) * kv_.block_size(),
              model.config().kv_dim()),
@@ -66,6 +67,8 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
              r.prompt.size(), " tokens + max_tokens ", r.max_tokens,
              " exceed the model context of ", c.max_position);
   validate(r.sampling);
+  EFIM_CHECK(r.heal_bytes.empty() || vocab_index_, "request: token healing needs the engine's ",
+             "tokenizer (EngineOptions.tokenizer)");
 
   const RequestId id = next_id_++;
   auto stream = std::make_shared<RequestStream>(id);
@@ -73,8 +76,15 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
   post([this, id, stream, now, r = std::move(r)]() mutable {
     sched_.add(id, r.prompt);
     Sampler sampler(r.sampling);
-    Live live{std::move(r), stream, std::move(sampler), {}, {}, now};
+    Live live{std::move(r), stream, std::move(sampler), {}, {}, now, {}, 0, {}};
     if (opt_.tokenizer) live.decoder.emplace(*opt_.tokenizer);
+    if (!live.request.heal_bytes.empty()) {
+      if (live.request.heal_exact)
+        live.covering.emplace(*vocab_index_, live.request.heal_bytes, opt_.covering);
+      else
+        live.heal.emplace(*vocab_index_, live.request.heal_bytes);
+      live.strip = live.request.heal_bytes.size();
+    }
     live.result.id = id;
     live_.emplace(id, std::move(live));
   });
@@ -179,28 +189,47 @@ void Engine::loop() {
 void Engine::step() {
   StepPlan plan = sched_.schedule();
   for (SeqId id : plan.rejected) {
+    if (probes_.contains(id)) {
+      drop_probe(id);
+      continue;
+    }
     finish(id, FinishReason::error,
            str("sequence of ", sched_.tokens(id).size(),
                " tokens (prompt + generated) exceeds the KV cache of ",
                int64_t(kv_.stats().total_blocks) * kv_.block_size(), " slots"));
   }
   for (SeqId id : plan.admitted) {
-    if (sched_.n_preemptions(id) == 0) count_admission(id);
+    if (!probes_.contains(id) && sched_.n_preemptions(id) == 0) count_admission(id);
   }
+  if (plan.empty()) {
+    // Nothing can run: probes waiting for KV blocks would wait on their own owners. Drop them
+    // (their nodes' coverings are left out) so that the searches finish.
+    std::vector<SeqId> stuck;
+    for (const auto& [probe, p] : probes_)
+      if (!sched_.is_running(probe)) stuck.push_back(probe);
+    for (SeqId probe : stuck) drop_probe(probe);
+  }
+  advance_coverings();  // dropped probes
   if (plan.empty()) return;
   std::vector<SampledToken> sampled;
   try {
     sampled = runner_.run(plan, sched_,
-                          [this](SeqId id) -> Sampler& { return live_.at(id).sampler; });
+                          [this](SeqId id, std::span<float> logits) { return choose(id, logits); });
   } catch (const std::exception& e) {
     // The step's sequences cannot continue consistently: end them, keep serving the others.
+    fed_probes_.clear();
+    searching_.clear();
     for (const PlannedSeq& p : plan.seqs) {
-      if (live_.contains(p.id)) finish(p.id, FinishReason::error, e.what());
+      const auto probe = probes_.find(p.id);
+      const SeqId id = probe != probes_.end() ? probe->second.owner : p.id;
+      if (live_.contains(id)) finish(id, FinishReason::error, e.what());
     }
     return;
   }
   ++steps_;
-  for (const SampledToken& t : sampled) on_token(t.id, t.token);
+  for (const SampledToken& t : sampled)
+    if (t.token >= 0) on_token(t.id, t.token);
+  advance_coverings();
   if (opt_.on_step) opt_.on_step(plan);
 }
 
@@ -213,6 +242,34 @@ void Engine::count_admission(SeqId id) {
   metrics_.prompt_tokens += n_prompt;
   metrics_.prefix_query_tokens += n_prompt;
   metrics_.prefix_hit_tokens += l.result.n_cached;
+  if (!l.request.heal_bytes.empty()) {
+    ++metrics_.token_healing;
+    metrics_.heal_bytes.observe(double(l.request.heal_bytes.size()));
+  }
+}
+
+// While healing, only tokens consistent with the bytes still required may be drawn.
+int32_t Engine::choose(SeqId id, std::span<float> logits) {
+  if (probes_.contains(id) || live_.at(id).covering) return feed_covering(id, logits);
+  Live& l = live_.at(id);
+  const bool healing = l.heal && l.heal->active();
+  if (healing) l.heal->mask(logits);
+  const int32_t token = l.sampler.sample(logits);
+  if (healing) {
+    l.heal->accept(token);
+    ++l.result.n_heal_tokens;
+  }
+  return token;
+}
+
+// The text a generated token adds, less the healed bytes the prompt already had.
+std::string Engine::text_of(Live& l, int32_t token) {
+  if (!l.decoder) return {};
+  if (l.strip == 0) return l.decoder->push(token);
+  std::string_view b = opt_.tokenizer->token_bytes(token);
+  const size_t n = std::min(l.strip, b.size());
+  l.strip -= n;
+  return l.decoder->push_bytes(b.substr(n));
 }
 
 void Engine::on_token(SeqId id, int32_t token) {
@@ -230,7 +287,7 @@ void Engine::on_token(SeqId id, int32_t token) {
     return finish(id, FinishReason::stop);
   }
   l.result.tokens.push_back(token);
-  const std::string piece = l.decoder ? l.decoder->push(token) : std::string();
+  const std::string piece = text_of(l, token);
   l.result.text += piece;
   l.stream->push(token, piece);
   if (static_cast<int32_t>(l.result.tokens.size()) >= l.request.max_tokens) {
@@ -257,6 +314,7 @@ void Engine::finish(SeqId id, FinishReason reason, std::string error) {
     l.result.text += tail;
     l.stream->push_text(tail);
   }
+  remove_probes(id);
   l.result.finish = reason;
   l.result.error = std::move(error);
   l.result.timings.total_ms = ms_since(l.submitted);

@@ -24,6 +24,9 @@
 #include "engine/stream.h"
 #include "kv/kv_manager.h"
 #include "model/model.h"
+#include "sampling/covering.h"
+#include "sampling/token_healing.h"
+#include "sampling/vocab_index.h"
 #include "tokenizer/tokenizer.h"
 
 namespace efim {
@@ -34,11 +37,13 @@ struct EngineOptions {
   int64_t kv_cache_bytes = 256ll << 20;    // K/V memory budget when kv.n_blocks is 0
   std::optional<std::vector<int32_t>> eos_tokens;  // unset: the model config's
   // Borrowed, optional: when set, streams and results carry the decoded text as well (the
-  // engine thread decodes incrementally, whole UTF-8 characters per chunk).
+  // engine thread decodes incrementally, whole UTF-8 characters per chunk), and requests may
+  // ask for token healing (the engine builds the VocabIndex once).
   const Tokenizer* tokenizer = nullptr;
   // Called on the engine thread after each step's tokens went out (metrics, tests); must not
   // call back into the engine. Tasks posted while it runs take effect before the next step.
   std::function<void(const StepPlan&)> on_step;
+  CoveringOptions covering;  // budget of the exact healing variant (Request.heal_exact)
 };
 
 class Engine {
@@ -50,7 +55,8 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Any thread. Throws Error when the request is invalid (empty prompt, token outside the
-  // vocabulary, max_tokens <= 0, prompt + max_tokens beyond the model's context, bad sampling).
+  // vocabulary, max_tokens <= 0, prompt + max_tokens beyond the model's context, bad sampling,
+  // heal_bytes without a tokenizer).
   std::shared_ptr<RequestStream> submit(Request request);
   // Any thread. Ends the request (if it still runs) before the next step, with `reason` as its
   // finish: cancelled by default; a caller that ended it for a rule of its own (a stop string,
@@ -67,6 +73,8 @@ class Engine {
   void clear_cache();       // drops every unreferenced cached block
   void check_invariants();  // KvManager audit; throws Error on a violation
   int64_t steps();          // steps run so far
+  // The vocabulary by bytes (with EngineOptions.tokenizer, else null); immutable, any thread.
+  const VocabIndex* vocab_index() const { return vocab_index_.get(); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -77,6 +85,15 @@ class Engine {
     std::optional<IncrementalDecoder> decoder;  // with EngineOptions.tokenizer
     RequestResult result;
     Clock::time_point submitted;
+    std::optional<HealConstraint> heal;  // with Request.heal_bytes
+    size_t strip = 0;  // bytes of heal_bytes not yet left out of the text
+    std::optional<CoveringSearch> covering;  // with Request.heal_exact, until it has chosen
+  };
+  // A probe of the exact healing variant: a sequence of the owner's prompt + a token path,
+  // run to get the logits after the path (engine_healing.cpp). Ids are negative.
+  struct Probe {
+    SeqId owner;
+    size_t node;
   };
 
   void post(std::function<void()> task);
@@ -84,6 +101,14 @@ class Engine {
   void loop();
   void step();
   void on_token(SeqId id, int32_t token);
+  int32_t choose(SeqId id, std::span<float> logits);  // the runner's SamplerFor
+  std::string text_of(Live& l, int32_t token);
+  // Exact healing (engine_healing.cpp): logits for a search; after a step, launch the next
+  // probes or emit the chosen covering; a probe that cannot run; an owner's probes at its end.
+  int32_t feed_covering(SeqId id, std::span<float> logits);
+  void advance_coverings();
+  void drop_probe(SeqId probe);
+  void remove_probes(SeqId owner);
   void finish(SeqId id, FinishReason reason, std::string error = {});
   void count_admission(SeqId id);
   bool is_eos(int32_t token) const;
@@ -91,11 +116,16 @@ class Engine {
   Model& model_;
   EngineOptions opt_;
   std::vector<int32_t> eos_;
+  std::unique_ptr<const VocabIndex> vocab_index_;  // with a tokenizer
   KvManager kv_;
   KvCache cache_;
   Scheduler sched_;
   Runner runner_;
   std::unordered_map<SeqId, Live> live_;  // engine thread only
+  std::unordered_map<SeqId, Probe> probes_;  // engine thread only
+  std::vector<SeqId> fed_probes_;            // probes whose logits came this step
+  std::vector<SeqId> searching_;             // owners whose search moved this step
+  SeqId next_probe_ = -1;
   int64_t steps_ = 0;                     // engine thread only
   EngineMetrics metrics_;                 // engine thread only; gauges filled by metrics()
 

@@ -36,4 +36,6 @@ std::vector<double> e2e_buckets() {
           2.0,  3.0,   5.0,  10.0, 20.0, 30.0, 60.0, 120.0, 300.0};
 }
 
+std::vector<double> heal_bytes_buckets() { return {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64}; }
+
 }  // namespace efim

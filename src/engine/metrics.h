@@ -29,6 +29,8 @@ struct Histogram {
 // small model) to seconds (long cold prompt on a large model).
 std::vector<double> ttft_buckets();
 std::vector<double> e2e_buckets();
+// Bytes a token-healing request had to reproduce (1 byte to a few words).
+std::vector<double> heal_bytes_buckets();
 
 struct EngineMetrics {
   // Gauges at the time of the snapshot.
@@ -50,6 +52,10 @@ struct EngineMetrics {
                                            // sampled token)
   Histogram e2e_seconds{e2e_buckets()};    // vllm:e2e_request_latency_seconds (submit -> finish,
                                            // every finished request)
+  // efim_token_healing_total: requests admitted with heal_bytes (at first admission);
+  // efim_token_healing_bytes: how many bytes each had to reproduce.
+  int64_t token_healing = 0;
+  Histogram heal_bytes{heal_bytes_buckets()};
 };
 
 }  // namespace efim

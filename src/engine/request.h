@@ -20,6 +20,16 @@ struct Request {
   int32_t max_tokens = 16;          // new tokens to generate at most (> 0)
   std::vector<int32_t> stop_tokens;  // generation ends when one is sampled (not emitted)
   bool ignore_eos = false;          // true: the model's EOS tokens do not end generation
+  // Token healing (infill/healing.h, sampling/token_healing.h): the caller removed the last
+  // tokens of the prompt; generation must first reproduce their bytes, which are then left out
+  // of the streamed and returned text (the text starts at the cursor). The tokens that
+  // reproduce them are generated tokens (counted in max_tokens and `tokens`). Needs
+  // EngineOptions.tokenizer.
+  std::string heal_bytes;
+  // The exact variant (sampling/covering.h): the first tokens are drawn from the coverings of
+  // heal_bytes, weighed by their probability under the model (short probe sequences compute
+  // the logits after proper-prefix tokens), instead of one masked step at a time.
+  bool heal_exact = false;
 };
 
 struct RequestTimings {
@@ -36,6 +46,7 @@ struct RequestResult {
   int32_t stop_token = -1;     // the token that ended a `stop` finish
   int32_t n_cached = 0;        // prompt tokens reused from the prefix cache at first admission
   int32_t n_preemptions = 0;   // times the request was preempted (recomputed)
+  int32_t n_heal_tokens = 0;   // generated tokens spent reproducing heal_bytes
   RequestTimings timings;
   std::string error;           // set when finish == error
 };

@@ -38,8 +38,8 @@ std::vector<SampledToken> Runner::run(const StepPlan& plan, Scheduler& sched,
   for (const PlannedSeq& p : plan.seqs) {
     sched.on_computed(p);
     if (!p.sample) continue;
-    const std::span<const float> l(logits_.data() + row * vocab, vocab);
-    out.push_back({p.id, sampler(p.id).sample(l)});
+    const std::span<float> l(logits_.data() + row * vocab, size_t(vocab));
+    out.push_back({p.id, sampler(p.id, l)});
     ++row;
   }
   return out;

@@ -24,8 +24,9 @@ class Runner {
   // Both borrowed; `cache` must have n_blocks * block_size slots of the KV manager.
   Runner(Model& model, KvCache& cache);
 
-  // The sampler of a sequence (owned by the caller).
-  using SamplerFor = std::function<Sampler&(SeqId)>;
+  // Chooses the next token of a sequence from its logits ([vocab], which it may change: a
+  // constraint masks them before its sampler draws).
+  using SamplerFor = std::function<int32_t(SeqId, std::span<float>)>;
   // Runs `plan` (non-empty), commits its tokens through `sched`, returns the sampled tokens in
   // plan order. The sampled tokens are not yet appended to the sequences.
   std::vector<SampledToken> run(const StepPlan& plan, Scheduler& sched, const SamplerFor& sampler);

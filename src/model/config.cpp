@@ -96,7 +96,8 @@ std::string ModelConfig::summary() const {
              ", heads ", n_heads, "/", n_kv_heads, " kv, head_dim ", head_dim, ", ffn ",
              intermediate, ", rope theta ", rope_theta,
              rope_pairing == RopePairing::Interleaved ? " (interleaved)" : " (rotate-half)",
-             tied_embeddings ? ", tied embeddings" : "", qkv_bias ? ", qkv bias" : "");
+             tied_embeddings ? ", tied embeddings" : "", qkv_bias ? ", qkv bias" : "",
+             fragment_tokenization ? ", fragment-tokenized training" : "");
 }
 
 // ---------------------------------------------------------------- HF config.json
@@ -221,6 +222,7 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& labe
   std::vector<int64_t> bos = token_list(r.get("bos_token_id"), label, "bos_token_id");
   c.bos_token = bos.empty() ? -1 : bos[0];
   c.eos_tokens = token_list(r.get("eos_token_id"), label, "eos_token_id");
+  c.fragment_tokenization = r.boolean_or("efim_fragment_tokenization", false);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -327,6 +329,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   if (const GgufValue* e = f.get("tokenizer.ggml.eot_token_id")) {
     if (c.eos_tokens.empty() || c.eos_tokens[0] != e->as_i64()) c.eos_tokens.push_back(e->as_i64());
   }
+  if (const GgufValue* v = f.get(kGgufFragmentKey)) c.fragment_tokenization = v->as_bool();
   try {
     c.validate();
   } catch (const Error& e) {
@@ -356,6 +359,7 @@ void write_gguf_metadata(const ModelConfig& c, GgufWriter& w) {
     w.set_f32(a + ".rope.scaling.factor", static_cast<float>(c.rope_scaling.factor));
   }
   // Llama3 scaling travels as the rope_freqs.weight tensor (written by the converter).
+  if (c.fragment_tokenization) w.set_bool(kGgufFragmentKey, true);
 }
 
 }  // namespace efim

@@ -53,6 +53,10 @@ struct ModelConfig {
   bool o_bias = false;     // output projection has a bias (llama with attention_bias)
   int64_t bos_token = -1;  // -1: none
   std::vector<int64_t> eos_tokens;  // may be empty
+  // The model was trained on fragment-tokenized FIM data (efim train writes it: GGUF key
+  // efim.fragment_tokenization, config.json "efim_fragment_tokenization"): it continues a
+  // partial word after the middle sentinel, so the server does not token-heal EFIM for it.
+  bool fragment_tokenization = false;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
@@ -65,7 +69,10 @@ struct ModelConfig {
   std::string summary() const;
 };
 
-std::string_view arch_name(ModelArch a);  // "llama", "qwen2"
+std::string_view arch_name(ModelArch a);
+
+// GGUF key of ModelConfig::fragment_tokenization (bool).
+inline constexpr const char* kGgufFragmentKey = "efim.fragment_tokenization";  // "llama", "qwen2"
 
 // From a parsed HF config.json; `label` (usually the path) prefixes error messages.
 ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& label);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "base/error.h"
 
@@ -40,6 +41,9 @@ int32_t Sampler::sample(std::span<const float> logits) {
   std::partial_sort(cand_.begin(), cand_.begin() + static_cast<ptrdiff_t>(k), cand_.end(),
                     by_logit);
   cand_.resize(k);
+  // Masked tokens (-inf, e.g. token healing) have probability 0: never candidates.
+  while (cand_.size() > 1 && cand_.back().first == -std::numeric_limits<float>::infinity())
+    cand_.pop_back();
 
   // p_i = softmax(logit_i / T) over the kept candidates.
   const float max_logit = cand_[0].first;

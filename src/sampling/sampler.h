@@ -25,7 +25,8 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
   // logits: [vocab]. Returns the chosen token id. Filters apply in the order top-k, then
-  // temperature softmax, then top-p, then min-p (llama.cpp's default order).
+  // temperature softmax, then top-p, then min-p (llama.cpp's default order). Logits of -inf
+  // (masked by a constraint) are never chosen while any finite one is left.
   int32_t sample(std::span<const float> logits);
 
  private:

@@ -16,6 +16,7 @@ struct CompletionJob {
   std::optional<std::string> suffix;
   std::vector<std::string> stops;
   bool stream = false;
+  HealBackoff healing;
 
   // The suffix the repeat rule watches: none for plain completions and under ignore_eos.
   std::optional<std::string_view> repeat_suffix() const {
@@ -76,20 +77,36 @@ PromptField parse_prompt(const json& body, int32_t vocab, bool infill) {
   return p;
 }
 
-std::vector<int32_t> completion_prompt(Server::Impl& s, PromptField prompt,
-                                       const std::optional<std::string>& suffix,
-                                       int32_t max_tokens) {
-  if (!prompt.text) return std::move(prompt.ids);
+// The prompt tokens, and where token healing may start backing off (npos: never; a token-id
+// prompt is the client's own layout and is sent as given).
+struct CompletionPrompt {
+  std::vector<int32_t> tokens;
+  size_t heal_from = std::string::npos;
+};
+
+CompletionPrompt completion_prompt(Server::Impl& s, PromptField prompt,
+                                   const std::optional<std::string>& suffix, int32_t max_tokens,
+                                   std::optional<bool> token_healing) {
+  CompletionPrompt out;
+  if (!prompt.text) {
+    out.tokens = std::move(prompt.ids);
+    return out;
+  }
   if (!suffix) {
     EncodeOptions eo;
     eo.add_bos = s.tok.add_bos_default();
-    return s.tok.encode(*prompt.text, eo);
+    out.tokens = s.tok.encode(*prompt.text, eo);
+    if (heal_plain(s.opt.healing, token_healing, *prompt.text)) out.heal_from = eo.add_bos ? 1 : 0;
+    return out;
   }
   InfillRequest ir;
   ir.prefix = *prompt.text;
   ir.suffix = *suffix;
   ir.max_prompt_tokens = size_t(s.n_ctx - max_tokens);
-  return s.plan_infill(ir).prompt.tokens;
+  InfillPlan plan = s.plan_infill(ir);
+  out.tokens = std::move(plan.prompt.tokens);
+  if (heal_infill(s.opt.healing, token_healing)) out.heal_from = plan.prompt.middle_end;
+  return out;
 }
 
 // One model is served; llama.cpp clients leave `model` out, which is fine.
@@ -112,8 +129,10 @@ CompletionJob parse_completion(Server::Impl& s, const json& body) {
   job.request.ignore_eos = http::get_bool(body, "ignore_eos").value_or(false);
   job.stream = http::get_bool(body, "stream").value_or(false);
   job.stops = parse_stops(body);
-  job.request.prompt =
-      completion_prompt(s, std::move(prompt), job.suffix, job.request.max_tokens);
+  CompletionPrompt cp = completion_prompt(s, std::move(prompt), job.suffix,
+                                          job.request.max_tokens, parse_token_healing(body));
+  job.request.prompt = std::move(cp.tokens);
+  if (cp.heal_from != std::string::npos) job.healing = heal_prompt(s, job.request, cp.heal_from);
   const int64_t n = int64_t(job.request.prompt.size());
   EFIM_CHECK(n + job.request.max_tokens <= s.n_ctx, "prompt of ", n, " tokens + max_tokens ",
              job.request.max_tokens, " exceed the model context of ", s.n_ctx, " tokens");
@@ -151,7 +170,9 @@ void respond_stream(Server::Impl& s, CompletionJob job, SlotPtr slot, httplib::R
   auto filter = std::make_shared<TextFilter>(job.repeat_suffix(), std::move(job.stops));
   const std::string id = new_id();
   Engine& engine = s.engine;
-  auto provider = [&s, stream, filter, id, n_prompt, slot](size_t, httplib::DataSink& sink) {
+  const json healing = healing_json(job.healing);
+  auto provider = [&s, stream, filter, id, n_prompt, slot, healing](size_t,
+                                                                     httplib::DataSink& sink) {
     auto send = [&](const json& j) {
       std::string ev = "data: " + http::dump(j) + "\n\n";
       return sink.write(ev.data(), ev.size());
@@ -168,6 +189,7 @@ void respond_stream(Server::Impl& s, CompletionJob job, SlotPtr slot, httplib::R
     json last = base_response(s, id);
     last["choices"] = choice("", finish_reason(o));
     last["usage"] = usage(o.result, n_prompt);
+    if (!healing.is_null()) last["token_healing"] = healing;
     if (o.result.finish == FinishReason::error) last["error"] = {{"message", o.result.error}};
     send(last);
     const std::string done = "data: [DONE]\n\n";
@@ -201,6 +223,7 @@ void respond_once(Server::Impl& s, CompletionJob job, httplib::Response& res) {
   json j = base_response(s, new_id());
   j["choices"] = choice(text, finish_reason(o));
   j["usage"] = usage(o.result, n_prompt);
+  if (!job.healing.empty()) j["token_healing"] = healing_json(job.healing);
   res.set_content(http::dump(j), "application/json");
 }
 

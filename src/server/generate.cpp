@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/error.h"
 #include "server/server_impl.h"
 
 namespace efim {
@@ -106,6 +107,26 @@ DriveOutcome drive(Engine& engine, RequestStream& stream, TextFilter& filter,
     if (!tail.empty() && !opts.emit(tail)) o.client_gone = true;
   }
   return o;
+}
+
+HealBackoff heal_prompt(const Server::Impl& s, Request& r, size_t from) {
+  const VocabIndex* index = s.engine.vocab_index();
+  EFIM_CHECK(index, "token healing needs the engine's tokenizer");
+  HealBackoff h = heal_backoff(*index, r.prompt, std::max<size_t>(from, 1));
+  if (h.empty()) return h;
+  r.prompt.resize(r.prompt.size() - h.n_tokens);
+  r.heal_bytes = h.bytes;
+  r.heal_exact = s.opt.healing.exact;
+  r.max_tokens += int32_t(h.n_tokens);
+  return h;
+}
+
+std::optional<bool> parse_token_healing(const http::json& body) {
+  return http::get_bool(body, "token_healing");
+}
+
+http::json healing_json(const HealBackoff& h) {
+  return {{"tokens_removed", h.n_tokens}, {"bytes_removed", h.bytes.size()}};
 }
 
 const char* finish_reason(const DriveOutcome& o) {

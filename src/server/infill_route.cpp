@@ -18,6 +18,7 @@ struct InfillJob {
   bool stream = false;
   std::vector<std::string> response_fields;  // non-empty: answer only these "a/b" paths
   SamplingParams sampling;
+  std::optional<bool> token_healing;  // absent: the server's mode
 };
 
 std::vector<ExtraChunk> parse_extra(const json& body) {
@@ -81,6 +82,7 @@ InfillJob parse_infill(const Server::Impl& s, const json& body) {
   // Type-checked only: the prefix cache is a server setting (efim serve --no-prefix-cache).
   http::get_bool(body, "cache_prompt");
   job.sampling = parse_sampling(body, s.tok.vocab_size());
+  job.token_healing = parse_token_healing(body);
   return job;
 }
 
@@ -88,6 +90,7 @@ struct Planned {
   Request request;
   bool truncated = false;
   bool fill_only = false;  // n_predict 0: compute the prompt into the cache, send no text
+  HealBackoff healing;     // the text after the middle sentinel, backed off
 };
 
 Planned plan(Server::Impl& s, const InfillJob& job) {
@@ -103,15 +106,19 @@ Planned plan(Server::Impl& s, const InfillJob& job) {
   Planned out;
   out.truncated = p.prompt.truncated;
   out.request.prompt = std::move(p.prompt.tokens);
+  out.fill_only = job.n_predict == 0;
   const int64_t room = s.n_ctx - int64_t(out.request.prompt.size());
   EFIM_CHECK(room >= 1, "infill prompt of ", out.request.prompt.size(),
              " tokens leaves no room in the context of ", s.n_ctx);
-  out.fill_only = job.n_predict == 0;
   // n_predict 0 still samples one token (the engine needs max_tokens > 0); it is not sent.
   const int64_t n = job.n_predict > 0 ? std::min(job.n_predict, room) : out.fill_only ? 1 : room;
   out.request.max_tokens = int32_t(n);
   out.request.sampling = job.sampling;
   out.request.stop_tokens = s.infill_stops;
+  // A prompt-only request (n_predict 0) caches the prompt as it is: nothing to heal.
+  if (!out.fill_only && heal_infill(s.opt.healing, job.token_healing)) {
+    out.healing = heal_prompt(s, out.request, p.prompt.middle_end);
+  }
   return out;
 }
 
@@ -144,7 +151,8 @@ json final_body(const std::string& content, const DriveOutcome& o, const Planned
             {"truncated", p.truncated},
             {"stop", true},
             {"stop_type", finish_reason(o)},
-            {"timings", timings(o.result, n_prompt, p.fill_only)}};
+            {"timings", timings(o.result, n_prompt, p.fill_only)},
+            {"token_healing", healing_json(p.healing)}};
   if (o.result.finish == FinishReason::error) j["error"] = {{"message", o.result.error}};
   return j;
 }

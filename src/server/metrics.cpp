@@ -97,6 +97,12 @@ void engine_series(PromText& p, const EngineMetrics& m) {
               "Time from arrival at the engine to the first sampled token.", m.ttft_seconds);
   p.histogram("vllm:e2e_request_latency_seconds",
               "Time from arrival at the engine to the end of the request.", m.e2e_seconds);
+  p.one("efim_token_healing_total", "counter",
+        "Requests whose prompt tail was backed off and regenerated (token healing).",
+        m.token_healing);
+  p.histogram("efim_token_healing_bytes",
+              "Bytes each token-healed request had to regenerate before its answer.",
+              m.heal_bytes);
 }
 
 void kv_series(PromText& p, const KvStats& kv) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "infill/healing.h"
 #include "infill/planner.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,6 +23,9 @@ struct ServerOptions {
   std::string model_id = "efim";       // reported by /v1/models and in responses
   InfillMode infill_mode = InfillMode::automatic;
   PlannerOptions planner = {};
+  // Token healing (infill/healing.h): the mode (efim serve --token-healing) and whether the
+  // model declares fragment-tokenized training (auto then leaves its EFIM plans alone).
+  HealPolicy healing = {};
   size_t max_body_bytes = 16u << 20;  // larger request bodies get 413
   // Generation requests (completions, infill) in flight at most; one more answers 503.
   int max_concurrent_requests = 64;

@@ -142,6 +142,15 @@ const char* finish_reason(const DriveOutcome& o);
 
 SamplingParams parse_sampling(const http::json& body, int32_t vocab);
 
+// Token healing of r.prompt's tail at or after `from` (infill/healing.h; the first token always
+// stays): removes the backed-off tokens, has the engine reproduce their bytes before the answer
+// (which starts at the cursor) and gives max_tokens the removed tokens back.
+HealBackoff heal_prompt(const Server::Impl& s, Request& r, size_t from);
+// A request's `token_healing` field (absent: the server's mode decides).
+std::optional<bool> parse_token_healing(const http::json& body);
+// The "token_healing" object of a response: what was backed off (zeros when nothing was).
+http::json healing_json(const HealBackoff& h);
+
 void add_completion_routes(Server::Impl& s);
 void add_infill_routes(Server::Impl& s);
 void add_metrics_routes(Server::Impl& s);

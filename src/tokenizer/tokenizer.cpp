@@ -259,7 +259,11 @@ std::optional<int32_t> Tokenizer::token_id(std::string_view text) const {
 
 std::string IncrementalDecoder::push(int32_t id) {
   if (opts_.skip_special && tok_->is_special(id)) return {};
-  pending_.append(tok_->token_bytes(id));
+  return push_bytes(tok_->token_bytes(id));
+}
+
+std::string IncrementalDecoder::push_bytes(std::string_view bytes) {
+  pending_.append(bytes);
   const size_t keep = unicode::incomplete_tail(pending_);
   std::string out = unicode::to_valid_utf8(std::string_view(pending_).substr(0, pending_.size() - keep));
   pending_.erase(0, pending_.size() - keep);

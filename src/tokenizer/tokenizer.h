@@ -137,6 +137,8 @@ class IncrementalDecoder {
   explicit IncrementalDecoder(const Tokenizer& tokenizer, DecodeOptions opts = {})
       : tok_(&tokenizer), opts_(opts) {}
   std::string push(int32_t id);
+  // The same for raw bytes (part of a token: token healing leaves out bytes the prompt had).
+  std::string push_bytes(std::string_view bytes);
   // Emits what is held back (an incomplete character becomes U+FFFD) and resets.
   std::string flush();
   size_t pending_bytes() const { return pending_.size(); }

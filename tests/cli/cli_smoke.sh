@@ -50,6 +50,12 @@ expect_ok "logits" '"rows":3' "$EFIM" logits "$WORK/t.gguf" --tokens "5 6 7" --a
 [ "$(stat -c %s "$WORK/l.f32")" = $((3 * 300 * 4)) ] && pass || failc "logits file size"
 
 # Bad input.
+# A GGUF copied with edited metadata: tensors byte for byte, the declaration readable.
+expect_ok "convert gguf --set" "1 metadata keys set" "$EFIM" convert "$WORK/t.gguf" \
+  -o "$WORK/t_frag.gguf" --set efim.fragment_tokenization=true
+expect_ok "inspect declared" "fragment-tokenized training" "$EFIM" inspect "$WORK/t_frag.gguf"
+expect_err "convert bad --set" "KEY=VALUE" "$EFIM" convert "$WORK/t.gguf" -o "$WORK/x.gguf" \
+  --set novalue
 expect_err "missing model" "cannot open|neither" "$EFIM" inspect "$WORK/nope.gguf"
 head -c 100 "$WORK/t.gguf" > "$WORK/trunc.gguf"
 expect_err "truncated gguf" "trunc.gguf" "$EFIM" inspect "$WORK/trunc.gguf"

@@ -1,6 +1,8 @@
 """llama.vim's /infill traffic against one `efim serve`, checked for prefix-cache reuse.
 
-Usage: llama_vim_client.py PORT MODE EFIM_BINARY MODEL   (MODE: auto, efim or psm)
+Usage: llama_vim_client.py PORT MODE EFIM_BINARY MODEL HEAL
+  (MODE: auto, efim or psm; HEAL: heal = the server token-heals the text after the middle
+   sentinel, noheal = it does not)
 
 The request bodies have the shape ggml-org/llama.vim (autoload/llama.vim) sends with curl:
   * the ring-buffer warm-up: empty prefix/suffix/prompt, input_extra = the chunks,
@@ -21,6 +23,12 @@ Expected reuse of round k+1 (tokens_cached), with N_k = round k's prompt length:
              and N_{k+1} = N_k - n(q_k) + n(inc) + n(q_{k+1}) exactly (the anchor is extended);
   psm:       <= N_k - n(q_k) - n(s) - 2: the match ends inside [B] X P p, before the suffix.
 Token counts n(.) come from `efim tokenize` (each piece of user text is tokenized on its own).
+Token healing (src/infill/healing.h) removes h_k <= 4 tokens from the end of round k's prompt
+(after M; efim's answer says how many in token_healing/tokens_removed, which the test adds to
+llama.vim's response_fields), so tokens_evaluated = N_k - h_k, and round k+1 may miss at most
+those h_k tokens of round k's prompt: tokens_cached >= N_k - h_k - n(q_k). With HEAL=heal every round is healed
+(efim_token_healing_total counts 3 requests) and a plain completion ending inside a word answers
+from the cursor on; with noheal h_k = 0 and the counter stays 0.
 """
 import json
 import os
@@ -28,8 +36,11 @@ import subprocess
 import sys
 import tempfile
 
-PORT, MODE, EFIM, MODEL = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+import re
+
+PORT, MODE, EFIM, MODEL, HEAL = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 assert MODE in ("auto", "efim", "psm"), MODE
+assert HEAL in ("heal", "noheal"), HEAL
 URL = f"http://127.0.0.1:{PORT}/infill"
 N_PREDICT = 16
 failures = []
@@ -44,15 +55,24 @@ def check(cond, message, quiet=False):
         failures.append(message)
 
 
-def post(body):
+def post(body, url=URL):
     """POSTs like llama.vim: curl --data @- ; returns (status, parsed JSON)."""
     r = subprocess.run(
-        ["curl", "--silent", "--show-error", "--no-buffer", "--request", "POST", "--url", URL,
+        ["curl", "--silent", "--show-error", "--no-buffer", "--request", "POST", "--url", url,
          "--header", "Content-Type: application/json", "--data", "@-",
          "--write-out", "\n%{http_code}", "--max-time", "120"],
         input=json.dumps(body).encode(), capture_output=True, check=True)
     text, _, status = r.stdout.decode().rpartition("\n")
     return int(status), json.loads(text)
+
+
+def healing_total():
+    """efim_token_healing_total from /metrics."""
+    r = subprocess.run(["curl", "--silent", "--show-error", f"http://127.0.0.1:{PORT}/metrics"],
+                       capture_output=True, check=True, text=True)
+    m = re.search(r"^efim_token_healing_total\{[^}]*\} (\d+)$", r.stdout, re.M)
+    check(m is not None, "/metrics has efim_token_healing_total", quiet=True)
+    return int(m.group(1)) if m else -1
 
 
 _counts = {}
@@ -78,7 +98,7 @@ RESPONSE_FIELDS = ["content", "timings/prompt_n", "timings/prompt_ms",
                    "timings/prompt_per_token_ms", "timings/prompt_per_second",
                    "timings/predicted_n", "timings/predicted_ms",
                    "timings/predicted_per_token_ms", "timings/predicted_per_second",
-                   "truncated", "tokens_cached"]
+                   "truncated", "tokens_cached", "token_healing/tokens_removed"]
 
 EXTRA = [
     {"text": "def square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n",
@@ -177,30 +197,54 @@ def main():
           f"round 1 hits the warm-up cache: tokens_cached {results[0]['tokens_cached']} >= "
           f"{n_warm - 2} (warm-up prompt {n_warm} minus its S, M sentinels)")
 
-    # 3. Rounds 2 and 3 against the round before.
+    # 3. Rounds 2 and 3 against the round before. full_k = N_k: round k's prompt before
+    # healing removed h_k tokens from its end.
     n_s = n_tokens(SUFFIX)
+    h = [r["token_healing"]["tokens_removed"] for r in results]
+    full = [r["tokens_evaluated"] + hk for r, hk in zip(results, h)]
+    for k, hk in enumerate(h):
+        check(1 <= hk <= 4 if HEAL == "heal" else hk == 0,
+              f"round {k + 1}: {hk} tokens healed ({HEAL})")
     for k in (1, 2):
         prev, cur = results[k - 1], results[k]
         (p_prev, q_prev), (p_cur, q_cur) = ROUNDS[k - 1], ROUNDS[k]
-        kept = prev["tokens_evaluated"] - n_tokens(q_prev)  # round k's prompt without q
+        kept = full[k - 1] - n_tokens(q_prev)  # round k's prompt without q
         cached = cur["tokens_cached"]
         if MODE in ("auto", "efim"):
-            check(cached >= kept,
-                  f"{MODE} round {k + 1}: tokens_cached {cached} >= {kept} (round {k}'s prompt "
-                  f"{prev['tokens_evaluated']} minus its prompt tail {n_tokens(q_prev)}; the "
-                  f"suffix of {n_s} tokens stays cached)")
+            check(cached >= kept - h[k - 1],
+                  f"{MODE} round {k + 1}: tokens_cached {cached} >= {kept - h[k - 1]} (round {k}'s "
+                  f"prompt {full[k - 1]} minus its prompt tail {n_tokens(q_prev)} and its "
+                  f"{h[k - 1]} healed tokens; the suffix of {n_s} tokens stays cached)")
             expect = kept + n_tokens(p_cur[len(p_prev):]) + n_tokens(q_cur)
-            check(cur["tokens_evaluated"] == expect,
-                  f"{MODE} round {k + 1}: EFIM prompt of {cur['tokens_evaluated']} tokens == "
-                  f"{expect} (round {k} without its tail + typed lines + prompt)")
+            check(full[k] == expect,
+                  f"{MODE} round {k + 1}: EFIM prompt of {full[k]} tokens == {expect} (round {k} "
+                  f"without its tail + typed lines + prompt), {h[k]} of them healed")
         else:
             limit = kept - n_s - 2
             check(0 < cached <= limit,
                   f"psm round {k + 1}: 0 < tokens_cached {cached} <= {limit}: the match stops "
                   f"in the prefix, the {n_s}-token suffix after it is recomputed")
             expect = kept - n_tokens(p_prev) + n_tokens(p_cur) + n_tokens(q_cur)
-            check(cur["tokens_evaluated"] == expect,
-                  f"psm round {k + 1}: PSM prompt of {cur['tokens_evaluated']} tokens == {expect}")
+            check(full[k] == expect,
+                  f"psm round {k + 1}: PSM prompt of {full[k]} tokens == {expect}")
+
+    # 4. Token healing: counted per request; a plain completion that ends inside a word is
+    # answered from the cursor on (the regenerated "ret" is not sent back).
+    total = healing_total()
+    check(total == (3 if HEAL == "heal" else 0),
+          f"efim_token_healing_total {total} == {3 if HEAL == 'heal' else 0} ({HEAL})")
+    status, c = post({"prompt": "def add(a, b):\n    ret", "max_tokens": 6, "temperature": 0},
+                     url=f"http://127.0.0.1:{PORT}/v1/completions")
+    text = c["choices"][0]["text"] if status == 200 else ""
+    healing = c.get("token_healing")
+    if HEAL == "heal":
+        check(isinstance(healing, dict) and healing.get("bytes_removed", 0) >= 3
+              and text.startswith("urn"),
+              f"plain completion of '    ret' healed ({healing}) and answered from the cursor: "
+              f"{text!r} starts with 'urn'")
+    else:
+        check(healing is None and status == 200,
+              f"plain completion not healed for a fragment-trained model: {text!r}")
 
     if failures:
         print(f"{len(failures)} check(s) failed in mode {MODE}")

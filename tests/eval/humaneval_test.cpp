@@ -64,12 +64,12 @@ TEST(HumanEval, ScoresAFixtureWithKnownOutcomes) {
   TempDir d;
   auto tasks = load_humaneval(d.put("t.jsonl", fixture::tasks_jsonl()));
   EvalOptions o;
-  o.schemes = {FimOrder::psm, FimOrder::efim};
+  o.schemes = {{FimOrder::psm}, {FimOrder::efim}};
   o.sandbox.timeout_s = 3;
   auto jobs = make_humaneval_jobs(tasks, o);
   ASSERT_EQ(jobs.size(), 4u);  // task-major, scheme-minor
-  EXPECT_EQ(jobs[0].order, FimOrder::psm);
-  EXPECT_EQ(jobs[1].order, FimOrder::efim);
+  EXPECT_EQ(jobs[0].scheme.order, FimOrder::psm);
+  EXPECT_EQ(jobs[1].scheme.order, FimOrder::efim);
   EXPECT_EQ(jobs[0].split, jobs[1].split);  // one split per task
   EXPECT_GE(jobs[1].split, 1u);
   EXPECT_LT(jobs[1].split, tasks[0].prompt.size());
@@ -143,7 +143,7 @@ TEST(SpanScoring, KnownCompletionsGiveKnownScores) {
   for (size_t i = 0; i < set.jobs.size(); i += 2) {
     EXPECT_EQ(set.jobs[i].prefix, set.jobs[i + 1].prefix);
     EXPECT_EQ(set.jobs[i].prefix + set.refs[i] + set.jobs[i].suffix, files[0].text);
-    EXPECT_EQ(set.jobs[i + 1].order, FimOrder::efim);
+    EXPECT_EQ(set.jobs[i + 1].scheme.order, FimOrder::efim);
     EXPECT_GE(set.jobs[i + 1].split, 1u);
     EXPECT_LT(set.jobs[i + 1].split, set.jobs[i].prefix.size());
   }

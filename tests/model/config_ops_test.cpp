@@ -149,6 +149,28 @@ TEST(ModelConfig, GgufRoundTrip) {
   EXPECT_NEAR(inv[3], std::pow(10000.0, -6.0 / 16) / 4.0, 1e-15);
 }
 
+// efim.fragment_tokenization (config.json "efim_fragment_tokenization"): off unless declared,
+// and carried from config.json to GGUF and back.
+TEST(ModelConfig, FragmentTokenizationDeclaration) {
+  nlohmann::json j = llama_json();
+  EXPECT_FALSE(config_from_hf_json(j, "cfg").fragment_tokenization);
+  j["efim_fragment_tokenization"] = true;
+  const ModelConfig c = config_from_hf_json(j, "cfg");
+  EXPECT_TRUE(c.fragment_tokenization);
+  for (bool declared : {false, true}) {
+    ModelConfig d = c;
+    d.fragment_tokenization = declared;
+    GgufWriter w;
+    write_gguf_metadata(d, w);
+    const std::string bytes = w.serialize();
+    GgufFile f = GgufFile::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "m");
+    EXPECT_EQ(config_from_gguf(f).fragment_tokenization, declared);
+    EXPECT_EQ(f.get(kGgufFragmentKey) != nullptr, declared);
+  }
+  j["efim_fragment_tokenization"] = "yes";
+  EXPECT_THROW(config_from_hf_json(j, "cfg"), Error);
+}
+
 TEST(ModelConfig, GgufErrorsNameKey) {
   GgufWriter w;
   w.set_string("general.architecture", "llama");

@@ -347,5 +347,66 @@ TEST_F(ServerTest, InfillWithIgnoreEosGeneratesMaxTokens) {
   }
 }
 
+
+// Token healing through the HTTP routes: the request field turns it on and off, the answer says
+// what was backed off, the streamed text equals the one-shot text, the prompt shrinks by the
+// removed tokens and /metrics counts the healed requests.
+TEST_F(ServerTest, TokenHealingFieldResponseAndMetrics) {
+  Running s(dir_->path());
+  auto c = s.client();
+  const json plain = {{"prompt", "def add(a, b):\n    ret"}, {"max_tokens", 6}, {"temperature", 0}};
+  json off = plain;
+  off["token_healing"] = false;
+  const json r_off = post(c, "/v1/completions", off);
+  EXPECT_FALSE(r_off.contains("token_healing"));
+  const json r_on = post(c, "/v1/completions", plain);  // auto: ends inside a word
+  ASSERT_TRUE(r_on.contains("token_healing")) << r_on.dump();
+  const int64_t removed = r_on["token_healing"]["tokens_removed"];
+  EXPECT_GE(removed, 1);
+  EXPECT_LE(removed, 4);
+  EXPECT_GE(r_on["token_healing"]["bytes_removed"].get<int64_t>(), removed);
+  EXPECT_EQ(r_on["usage"]["prompt_tokens"].get<int64_t>(),
+            r_off["usage"]["prompt_tokens"].get<int64_t>() - removed);
+  // The tokens that reproduce the removed bytes count as generated: at most 6 + removed.
+  EXPECT_LE(r_on["usage"]["completion_tokens"].get<int64_t>(), 6 + removed);
+  json streamed = plain;
+  streamed["stream"] = true;
+  auto sr = c.Post("/v1/completions", streamed.dump(), "application/json");
+  ASSERT_TRUE(sr);
+  std::string text;
+  json last;
+  for (const std::string& ev : sse_events(sr->body)) {
+    if (ev == "[DONE]") break;
+    last = json::parse(ev);
+    text += last["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, r_on["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(last["token_healing"], r_on["token_healing"]);
+  // Not inside a word: auto leaves a plain prompt alone; the field forces it.
+  const json paren = {{"prompt", "print("}, {"max_tokens", 2}, {"temperature", 0}};
+  EXPECT_FALSE(post(c, "/v1/completions", paren).contains("token_healing"));
+  // /infill: the text after the middle sentinel (the `prompt` field) is healed in auto mode.
+  const json infill = {{"input_prefix", "def f(x):\n"}, {"input_suffix", "\n"},
+                       {"prompt", "    retu"}, {"n_predict", 4}, {"temperature", 0}};
+  const json i_on = post(c, "/infill", infill);
+  EXPECT_GE(i_on["token_healing"]["tokens_removed"].get<int64_t>(), 1) << i_on.dump();
+  json i_off_body = infill;
+  i_off_body["token_healing"] = false;
+  const json i_off = post(c, "/infill", i_off_body);
+  EXPECT_EQ(i_off["token_healing"]["tokens_removed"], 0);
+  EXPECT_EQ(i_on["tokens_evaluated"].get<int64_t>(),
+            i_off["tokens_evaluated"].get<int64_t>() -
+                i_on["token_healing"]["tokens_removed"].get<int64_t>());
+  Metrics m = metrics(c);
+  EXPECT_EQ(m.get("efim_token_healing_total"), 3);  // plain, streamed, infill
+  EXPECT_EQ(m.get("efim_token_healing_bytes_count"), 3);
+  EXPECT_GE(m.get("efim_token_healing_bytes_sum"), 3);
+  // A field of the wrong type is a 400 naming it.
+  json bad = plain;
+  bad["token_healing"] = "yes";
+  const json err = post(c, "/v1/completions", bad, 400);
+  EXPECT_NE(err.dump().find("token_healing"), std::string::npos) << err.dump();
+}
+
 }  // namespace
 }  // namespace efim

@@ -75,6 +75,14 @@ GGUF="$TMP/out/model-q8_0.gguf"
 [ -f "$GGUF" ] || fail "no $GGUF after training"
 "$EFIM" inspect "$GGUF" > "$TMP/inspect_gguf.txt" || fail "efim inspect on the GGUF"
 grep -q -i "q8_0" "$TMP/inspect_gguf.txt" || fail "GGUF is not Q8_0: $(cat "$TMP/inspect_gguf.txt")"
+# Trained on fragment-tokenized shards: declared in config.json and in the GGUF (the server's
+# token-healing auto mode reads it).
+grep -q '"efim_fragment_tokenization": true' "$TMP/out/config.json" \
+  || fail "config.json does not declare fragment-tokenized training"
+grep -q "fragment-tokenized training" "$TMP/inspect.txt" "$TMP/inspect_gguf.txt" \
+  || fail "inspect does not show fragment-tokenized training"
+[ "$(grep -c "fragment-tokenized training" "$TMP/inspect.txt" "$TMP/inspect_gguf.txt" | \
+     grep -c ':1')" = 2 ] || fail "the folder and the GGUF must both declare it"
 "$EFIM" generate "$GGUF" "def add" -n 8 --temp 0 > "$TMP/gen_gguf.txt" || fail "efim generate on the GGUF"
 [ -s "$TMP/gen_gguf.txt" ] || fail "efim generate on the GGUF printed nothing"
 
