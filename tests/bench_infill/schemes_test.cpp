@@ -3,6 +3,7 @@
 // request bodies of every scheme.
 #include "bench/infill/schemes.h"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "base/error.h"
@@ -139,6 +140,12 @@ TEST(BenchSchemes, NamesAndServers) {
   EXPECT_TRUE(scheme_server(Scheme::cache_psm).prefix_cache);
   EXPECT_EQ(scheme_server(Scheme::cache_auto).infill_mode, "auto");
   EXPECT_EQ(scheme_server(Scheme::cache_efim).infill_mode, "psm");
+  // cache-auto-noheal: cache-auto without token healing; not part of "all".
+  EXPECT_EQ(parse_scheme("cache-auto-noheal"), Scheme::cache_auto_noheal);
+  EXPECT_EQ(scheme_server(Scheme::cache_auto_noheal).infill_mode, "auto");
+  EXPECT_EQ(scheme_server(Scheme::cache_auto_noheal).token_healing, "off");
+  EXPECT_EQ(scheme_server(Scheme::cache_auto).token_healing, "auto");
+  EXPECT_EQ(std::count(all_schemes().begin(), all_schemes().end(), Scheme::cache_auto_noheal), 0);
 }
 
 TEST(BenchSchemes, ServeCommand) {
@@ -151,11 +158,12 @@ TEST(BenchSchemes, ServeCommand) {
   s.max_requests = 4;
   EXPECT_EQ(serve_argv(s),
             (std::vector<std::string>{"/bin/efim", "serve", "m.gguf", "--host", "127.0.0.1",
-                                      "--port", "0", "--infill-mode", "psm", "--kv-cache-mb", "64",
-                                      "-t", "2", "--no-prefix-cache", "--max-requests", "4"}));
+                                      "--port", "0", "--infill-mode", "psm", "--token-healing",
+                                      "auto", "--kv-cache-mb", "64", "-t", "2",
+                                      "--no-prefix-cache", "--max-requests", "4"}));
   s.prefix_cache = true;
   s.max_requests = 0;
-  EXPECT_EQ(serve_argv(s).size(), 13u);
+  EXPECT_EQ(serve_argv(s).size(), 15u);
 }
 
 }  // namespace

@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "../infill/infill_test_util.h"
+#include "sampling/covering.h"
 #include "sampling/sampler.h"
 #include "sampling/token_healing.h"
 #include "sampling/vocab_index.h"
@@ -177,6 +179,54 @@ TEST(Sampler, MaskedLogitsAreNeverDrawn) {
   std::vector<float> one = {-inf, -inf, 3.0f};
   Sampler s({.temperature = 1.0f, .top_p = 0.5f, .seed = 3});
   EXPECT_EQ(s.sample(one), 2);
+}
+
+
+// The covering search with uniform logits over the first n ids: fully expanded, its leaves are
+// exactly the coverings of R among those ids (a brute-force enumeration), each with log
+// probability -k log n for a path of k tokens; greedy picks the shortest (a one-token covering).
+TEST(CoveringSearch, LeavesAreAllCoveringsWithTheirProbabilities) {
+  const Tokenizer tok = test::gguf_tokenizer("llama-bpe");
+  const VocabIndex index(tok);
+  const std::string r = " comp";
+  const size_t n = 2000;  // ids below 2000: " ", " c", " co", " com", " comp", ...
+  std::vector<std::vector<int32_t>> want;
+  std::function<void(std::vector<int32_t>, std::string_view)> enumerate =
+      [&](std::vector<int32_t> path, std::string_view rest) {
+        for (int32_t id = 0; id < int32_t(n); ++id) {
+          if (!indexed(tok, id)) continue;
+          const std::string_view b = tok.token_bytes(id);
+          std::vector<int32_t> next = path;
+          next.push_back(id);
+          if (b.starts_with(rest)) want.push_back(next);
+          else if (b.size() < rest.size() && rest.starts_with(b)) enumerate(next, rest.substr(b.size()));
+        }
+      };
+  enumerate({}, r);
+  ASSERT_GT(want.size(), 5u);
+  CoveringSearch s(index, r, {.max_expansions = 1000, .parallel = 2});
+  const std::vector<float> uniform(n, 0.0f);
+  s.start(uniform);
+  while (!s.done()) {
+    const auto next = s.next();
+    ASSERT_FALSE(next.empty());
+    for (const auto& e : next) s.feed(e.node, uniform);
+  }
+  std::vector<std::vector<int32_t>> got;
+  for (size_t i = 0; i < s.n_leaves(); ++i) {
+    got.push_back(s.leaf_path(i));
+    EXPECT_NEAR(s.leaf_logp(i), -double(got.back().size()) * std::log(double(n)), 1e-9);
+  }
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
+  Sampler greedy({});
+  EXPECT_EQ(s.choose(greedy).size(), 1u);
+  // A budget of 0 expansions keeps only the one-token coverings.
+  CoveringSearch none(index, r, {.max_expansions = 0});
+  none.start(uniform);
+  EXPECT_TRUE(none.done());
+  for (size_t i = 0; i < none.n_leaves(); ++i) EXPECT_EQ(none.leaf_path(i).size(), 1u);
 }
 
 }  // namespace
