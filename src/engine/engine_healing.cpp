@@ -64,17 +64,26 @@ void Engine::advance_coverings() {
         const SeqId probe = next_probe_--;
         std::vector<int32_t> tokens(sched_.tokens(id).begin(), sched_.tokens(id).end());
         tokens.insert(tokens.end(), e.path.begin(), e.path.end());
-        sched_.add(probe, std::move(tokens));
+        sched_.add(probe, std::move(tokens), /*urgent=*/true);
         probes_.emplace(probe, Probe{id, e.node});
       }
       continue;
     }
     std::vector<int32_t> path;
-    try {
+    if (l.covering->n_leaves() > 0) {
       path = l.covering->choose(l.sampler);
-    } catch (const std::exception& e) {
-      finish(id, FinishReason::error, e.what());
-      continue;
+    } else {
+      // No covering found (its probes could not run): the constrained variant from the root.
+      std::vector<float> logits = l.covering->root_logits();
+      l.heal.emplace(*vocab_index_, l.request.heal_bytes);
+      try {
+        l.heal->mask(logits);
+      } catch (const std::exception& e) {
+        finish(id, FinishReason::error, e.what());
+        continue;
+      }
+      path = {l.sampler.sample(logits)};
+      l.heal->accept(path[0]);
     }
     l.covering.reset();
     l.result.n_heal_tokens = int32_t(path.size());

@@ -23,13 +23,17 @@ Scheduler::Seq& Scheduler::get(SeqId id) {
   return const_cast<Seq&>(static_cast<const Scheduler*>(this)->get(id));
 }
 
-void Scheduler::add(SeqId id, std::vector<int32_t> prompt) {
+void Scheduler::add(SeqId id, std::vector<int32_t> prompt, bool urgent) {
   EFIM_CHECK(!seqs_.contains(id), "Scheduler: sequence ", id, " already exists");
   EFIM_CHECK(!prompt.empty(), "Scheduler: sequence ", id, " has an empty prompt");
   Seq s;
   s.tokens = std::move(prompt);
+  s.urgent = urgent;
   seqs_.emplace(id, std::move(s));
-  waiting_.push_back(id);
+  if (urgent)
+    waiting_.push_front(id);
+  else
+    waiting_.push_back(id);
 }
 
 StepPlan Scheduler::schedule() {
@@ -101,10 +105,10 @@ void Scheduler::preempt(SeqId id, StepPlan& plan) {
 void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
   const KvStats st = kv_.stats();
   const int64_t capacity = int64_t(st.total_blocks) * kv_.block_size();
-  while (!waiting_.empty() && budget > 0 &&
-         static_cast<int32_t>(running_.size()) < opt_.max_running) {
+  while (!waiting_.empty() && budget > 0) {
     const SeqId id = waiting_.front();
     Seq& s = get(id);
+    if (!s.urgent && static_cast<int32_t>(running_.size()) >= opt_.max_running) break;
     if (static_cast<int64_t>(s.tokens.size()) > capacity) {  // would wait forever
       waiting_.pop_front();
       plan.rejected.push_back(id);

@@ -55,8 +55,10 @@ class Scheduler {
  public:
   Scheduler(const SchedulerOptions& options, KvManager& kv);
 
-  // Queues a new sequence (appended to the waiting queue).
-  void add(SeqId id, std::vector<int32_t> prompt);
+  // Queues a new sequence (appended to the waiting queue). An `urgent` one (a token-healing
+  // probe, whose owner waits for it) goes to the front of the queue and is admitted even when
+  // max_running sequences already run.
+  void add(SeqId id, std::vector<int32_t> prompt, bool urgent = false);
   // Plans the next step; changes the KV manager (admission, growth, preemption).
   StepPlan schedule();
   // After the step ran: the planned tokens of `p` are computed (commits them to the KV manager).
@@ -87,6 +89,7 @@ class Scheduler {
     int32_t n_cached = 0;      // prefix reused at the first admission
     int32_t admissions = 0;
     int32_t n_preemptions = 0;
+    bool urgent = false;
   };
   const Seq& get(SeqId id) const;
   Seq& get(SeqId id);

@@ -16,6 +16,7 @@ CoveringSearch::CoveringSearch(const VocabIndex& index, std::string required, Co
 void CoveringSearch::start(std::span<const float> logits) {
   EFIM_CHECK(!started_, "covering search started twice");
   started_ = true;
+  root_logits_.assign(logits.begin(), logits.end());
   nodes_.push_back(Node{});
   expand(0, logits);
   nodes_[0].state = Node::State::expanded;

@@ -59,6 +59,9 @@ class CoveringSearch {
   std::vector<int32_t> choose(Sampler& sampler) const;
 
   size_t n_leaves() const { return leaves_.size(); }
+  // The logits start() got (for a fallback to the constrained variant when no covering was
+  // found: every probe was dropped).
+  const std::vector<float>& root_logits() const { return root_logits_; }
   size_t n_expanded() const { return expanded_; }
   // log P(c) of every leaf, and its path (tests).
   double leaf_logp(size_t i) const { return leaves_[i].logp; }
@@ -88,6 +91,7 @@ class CoveringSearch {
   size_t pending_ = 0, expanded_ = 0;
   bool started_ = false;
   mutable std::vector<int32_t> scratch_;
+  std::vector<float> root_logits_;
 };
 
 }  // namespace efim

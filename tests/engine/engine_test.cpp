@@ -637,5 +637,30 @@ TEST_F(EngineTest, ExactHealingPicksTheMostProbableCovering) {
   EXPECT_EQ(e.kv_stats().used_blocks, 0);  // the probes are gone
 }
 
+
+// Exact healing under a full running set: every running sequence may be an owner waiting for its
+// probes, so probes skip the queue and the running limit (no request may end without a covering).
+TEST_F(EngineTest, ExactHealingProbesRunWhenTheRunningSetIsFull) {
+  const Tokenizer tok = Tokenizer::from_json_file(
+      test::source_path("tests/tokenizer/data/efim-base-py/tokenizer.json"));
+  EngineOptions o = options(64, 128);
+  o.tokenizer = &tok;
+  o.scheduler.max_running = 2;
+  Engine e(*model_, o);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int32_t i = 0; i < 8; ++i) {
+    Request r = greedy(prompt(8 + i, 90 + i), 6);
+    r.heal_bytes = std::string(tok.token_bytes(260)) + std::string(tok.token_bytes(281));
+    r.heal_exact = true;
+    streams.push_back(e.submit(r));
+  }
+  for (auto& st : streams) {
+    RequestResult res = st->wait();
+    EXPECT_EQ(res.finish, FinishReason::length) << res.error;
+    EXPECT_GE(res.n_heal_tokens, 1);
+  }
+  e.check_invariants();
+}
+
 }  // namespace
 }  // namespace efim
