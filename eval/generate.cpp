@@ -78,11 +78,8 @@ std::vector<InfillOutput> generate_infills(Model& model, const Tokenizer& tok,
     r.max_tokens = o.max_new_tokens;
     r.stop_tokens = stops;
     if (jobs[i].scheme.heal) {  // as the server heals: the removed tokens go to max_tokens
-      const HealBackoff h = heal_backoff(*engine.vocab_index(), r.prompt, p.middle_end);
-      r.prompt.resize(r.prompt.size() - h.n_tokens);
-      r.heal_bytes = h.bytes;
-      r.heal_exact = jobs[i].scheme.exact;
-      r.max_tokens += int32_t(h.n_tokens);
+      const HealBackoff h =
+          heal_request(*engine.vocab_index(), r, p.middle_end, jobs[i].scheme.exact);
       out[i].n_healed = int32_t(h.n_tokens);
     }
     out[i].n_prompt = static_cast<int32_t>(r.prompt.size());

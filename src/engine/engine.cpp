@@ -250,8 +250,9 @@ void Engine::count_admission(SeqId id) {
 
 // While healing, only tokens consistent with the bytes still required may be drawn.
 int32_t Engine::choose(SeqId id, std::span<float> logits) {
-  if (probes_.contains(id) || live_.at(id).covering) return feed_covering(id, logits);
+  if (id < 0) return feed_covering(id, logits);  // a probe (negative ids)
   Live& l = live_.at(id);
+  if (l.covering) return feed_covering(id, logits);
   const bool healing = l.heal && l.heal->active();
   if (healing) l.heal->mask(logits);
   const int32_t token = l.sampler.sample(logits);

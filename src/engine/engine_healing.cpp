@@ -10,6 +10,16 @@
 
 namespace efim {
 
+HealBackoff heal_request(const VocabIndex& index, Request& r, size_t from, bool exact) {
+  HealBackoff h = heal_backoff(index, r.prompt, from);
+  if (h.empty()) return h;
+  r.prompt.resize(r.prompt.size() - h.n_tokens);
+  r.heal_bytes = h.bytes;
+  r.heal_exact = exact;
+  r.max_tokens += int32_t(h.n_tokens);
+  return h;
+}
+
 // The runner's choice for an owner (its prompt's logits: the search starts) or a probe (its
 // path's logits: a node is expanded). No token is sampled: -1.
 int32_t Engine::feed_covering(SeqId id, std::span<float> logits) {

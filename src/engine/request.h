@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "infill/healing.h"
 #include "sampling/sampler.h"
 
 namespace efim {
@@ -31,6 +32,11 @@ struct Request {
   // the logits after proper-prefix tokens), instead of one masked step at a time.
   bool heal_exact = false;
 };
+
+// Token healing of r.prompt's tail at or after `from` (infill/healing.h): removes the backed-off
+// tokens, sets heal_bytes / heal_exact and gives max_tokens the removed tokens back. The server
+// and the evaluation heal through this one function. Returns what was backed off.
+HealBackoff heal_request(const VocabIndex& index, Request& r, size_t from, bool exact);
 
 struct RequestTimings {
   double queue_ms = 0;        // submit -> first admission (KV blocks allocated)

@@ -110,8 +110,7 @@ std::vector<int32_t> CoveringSearch::choose(Sampler& sampler) const {
   EFIM_CHECK(done(), "covering search: choose() before the search is done");
   EFIM_CHECK(!leaves_.empty(), "token healing: no covering of the ", required_.size(),
              " required bytes was found");
-  // Leaves in a fixed order (by path probability, then discovery) so that greedy ties and
-  // seeded draws do not depend on the expansion order's details.
+  // Leaves in discovery order; the sampler breaks greedy ties by the lowest index.
   std::vector<float> logp(leaves_.size());
   for (size_t i = 0; i < leaves_.size(); ++i) logp[i] = float(leaves_[i].logp);
   return leaf_path(size_t(sampler.sample(logp)));

@@ -90,7 +90,7 @@ class CoveringSearch {
   std::vector<Leaf> leaves_;
   size_t pending_ = 0, expanded_ = 0;
   bool started_ = false;
-  mutable std::vector<int32_t> scratch_;
+  std::vector<int32_t> scratch_;  // allowed ids, reused by expand()
   std::vector<float> root_logits_;
 };
 

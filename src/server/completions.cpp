@@ -170,7 +170,7 @@ void respond_stream(Server::Impl& s, CompletionJob job, SlotPtr slot, httplib::R
   auto filter = std::make_shared<TextFilter>(job.repeat_suffix(), std::move(job.stops));
   const std::string id = new_id();
   Engine& engine = s.engine;
-  const json healing = healing_json(job.healing);
+  const json healing = job.healing.empty() ? json() : healing_json(job.healing);
   auto provider = [&s, stream, filter, id, n_prompt, slot, healing](size_t,
                                                                      httplib::DataSink& sink) {
     auto send = [&](const json& j) {

@@ -112,13 +112,7 @@ DriveOutcome drive(Engine& engine, RequestStream& stream, TextFilter& filter,
 HealBackoff heal_prompt(const Server::Impl& s, Request& r, size_t from) {
   const VocabIndex* index = s.engine.vocab_index();
   EFIM_CHECK(index, "token healing needs the engine's tokenizer");
-  HealBackoff h = heal_backoff(*index, r.prompt, std::max<size_t>(from, 1));
-  if (h.empty()) return h;
-  r.prompt.resize(r.prompt.size() - h.n_tokens);
-  r.heal_bytes = h.bytes;
-  r.heal_exact = s.opt.healing.exact;
-  r.max_tokens += int32_t(h.n_tokens);
-  return h;
+  return heal_request(*index, r, std::max<size_t>(from, 1), s.opt.healing.exact);
 }
 
 std::optional<bool> parse_token_healing(const http::json& body) {
