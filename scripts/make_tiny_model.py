@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """Writes tiny random Llama-family checkpoints in Hugging Face layout, for parity tests.
 
-Usage: make_tiny_model.py OUT_DIR --kind {llama,qwen2} [--dtype {f32,bf16}] [--seed N] [--shards N]
+Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2} [--dtype {f32,bf16}] [--seed N]
+       [--shards N]
 
   llama: GQA (4 heads, 2 KV heads, head dim 16), llama3 RoPE scaling chosen so that the
          high-, medium- and low-frequency branches all occur, untied lm_head.
+  llama256: every matrix width a multiple of 256 (hidden 256, ffn 512, head dim 64), so that
+         llama.cpp's quantizer uses its K-quant and IQ4_XS types everywhere (no fallbacks).
   qwen2: q/k/v biases, tied input/output embeddings, GQA.
 
 Weights are drawn from a seeded numpy generator (float64), then stored as f32 or bf16 (round to
@@ -28,6 +31,13 @@ KINDS = {
         # low-frequency cut 32/1 = 32: one unscaled, one smoothed, six scaled frequencies.
         rope_scaling=dict(rope_type="llama3", factor=4.0, low_freq_factor=1.0,
                           high_freq_factor=4.0, original_max_position_embeddings=32),
+    ),
+    "llama256": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
+        vocab_size=300, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=512, max_position_embeddings=128,
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+        attention_bias=False, mlp_bias=False, bos_token_id=1, eos_token_id=2,
     ),
     "qwen2": dict(
         architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",

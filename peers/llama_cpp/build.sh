@@ -29,7 +29,8 @@ command -v "$CXX" >/dev/null || die "compiler $CXX not found"
 
 VERSION=$(sed -nE 's/^set\(LLAMA_VERSION_(MAJOR|MINOR|PATCH) ([0-9]+)\)/\2/p' "$SRC/CMakeLists.txt" | paste -sd.)
 LIBS=("$BINS/libllama.v$VERSION.so" "$BINS/libggml.v$VERSION.so" "$BINS/libggml-base.so")
-SOURCES=("$HERE/llama_ref.cpp" "$HERE/llama_ref_common.cpp" "$HERE/llama_ref_bench.cpp")
+SOURCES=("$HERE/llama_ref.cpp" "$HERE/llama_ref_common.cpp" "$HERE/llama_ref_bench.cpp"
+  "$HERE/llama_ref_quant.cpp")
 CXXFLAGS=(-std=c++20 -O2 -g -Wall -Wextra -Werror -pthread
   -I"$SRC/include" -I"$SRC/ggml/include" -DLLAMA_REF_BINS_DIR="\"$BINS\"")
 LDFLAGS=(-Wl,-rpath,"$BINS" -Wl,--no-as-needed)

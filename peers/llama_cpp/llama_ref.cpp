@@ -1,4 +1,5 @@
-// llama_ref subcommands: tokenize, detokenize, logits, greedy, info (bench: llama_ref_bench.cpp).
+// llama_ref subcommands: tokenize, detokenize, logits, greedy, info (bench: llama_ref_bench.cpp;
+// quantize, quant-rows, dequant: llama_ref_quant.cpp).
 // Output formats are documented in peers/llama_cpp/README.md.
 #include "llama_ref_common.h"
 
@@ -23,6 +24,10 @@ const char * kUsage =
     "  bench      MODEL.gguf [--prompt-len 256] [--gen 64] [--threads 2] [--reps 3] [--depth 0]\n"
     "             [--flash-attn auto|on|off] [--kv-type f16|f32] [--no-warmup] [--seed S]\n"
     "  info                                                 version, CPU backend variant (JSON)\n"
+    "  quantize   IN.gguf OUT.gguf FTYPE [--threads N] [--pure] [--allow-requantize]\n"
+    "                                                       llama_model_quantize (Q4_K_M, IQ4_XS, ...)\n"
+    "  quant-rows TYPE IN.f32 OUT.bin --cols K              ggml_quantize_chunk of f32 rows (q4_K, iq4_nl, ...)\n"
+    "  dequant    TYPE IN.bin OUT.f32                       the type's to_float\n"
     "common: --verbose (llama.cpp logs on stderr)\n";
 
 std::vector<llama_token> tokenize_text(const llama_vocab * vocab, const std::string & text, bool special) {
@@ -205,6 +210,9 @@ int dispatch(int argc, char ** argv) {
     if (cmd == "greedy") return cmd_greedy(argc, argv);
     if (cmd == "bench") return cmd_bench(argc, argv, 2);
     if (cmd == "info") return cmd_info(argc, argv);
+    if (cmd == "quantize") return cmd_quantize(argc, argv, 2);
+    if (cmd == "quant-rows") return cmd_quant_rows(argc, argv, 2);
+    if (cmd == "dequant") return cmd_dequant(argc, argv, 2);
     std::fputs(kUsage, stderr);
     return 2;
 }

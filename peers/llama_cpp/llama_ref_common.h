@@ -127,5 +127,10 @@ std::string json_str(const std::string & s);
 
 // `llama_ref bench ...` (llama_ref_bench.cpp); argv[first] is the model path.
 int cmd_bench(int argc, char ** argv, int first);
+// `llama_ref quantize | quant-rows | dequant ...` (llama_ref_quant.cpp); argv[first] is the
+// first positional argument.
+int cmd_quantize(int argc, char ** argv, int first);
+int cmd_quant_rows(int argc, char ** argv, int first);
+int cmd_dequant(int argc, char ** argv, int first);
 
 }  // namespace llama_ref

@@ -174,7 +174,7 @@ class Parser {
     auto type_id = c_.read<uint32_t>(t + " type");
     auto dtype = dtype_from_ggml_type(type_id);
     EFIM_CHECK(dtype.has_value(), pre(), ": ", t, " has unsupported ggml type ", type_id, " (",
-               ggml_type_name(type_id), "); efim loads f32, f16, bf16, q8_0, q4_0, q4_k, i32, i8");
+               ggml_type_name(type_id), "); efim loads ", loadable_ggml_types());
     info.dtype = *dtype;
     info.offset = c_.read<uint64_t>(t + " data offset");
     info.nbytes = tensor_nbytes(info, t);

@@ -58,10 +58,13 @@ std::string gguf_type_name(GgufType t);
 // Arrays nest at most this deep (an array of scalars has depth 1).
 inline constexpr int kGgufMaxDepth = 8;
 
-// ggml tensor type ids (ggml.h: F32=0, F16=1, Q4_0=2, Q8_0=8, Q4_K=12, I8=24, I32=26, BF16=30).
+// ggml tensor type ids (ggml.h: F32=0, F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8,
+// Q2_K..Q6_K=10..14, IQ4_NL=20, IQ4_XS=23, I8=24, I32=26, BF16=30).
 uint32_t ggml_type_id(DType t);
 // The dtype for a ggml type id, or nullopt for ids efim does not load.
 std::optional<DType> dtype_from_ggml_type(uint32_t id);
+// The ggml names of every type efim loads ("f32, f16, q4_0, ..."), for error messages.
+std::string loadable_ggml_types();
 // ggml's name for a type id ("q6_K", "iq2_xs", ...) for error messages; "?" when unknown.
 std::string_view ggml_type_name(uint32_t id);
 

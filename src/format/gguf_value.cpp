@@ -1,6 +1,7 @@
 // GGUF metadata values (typed accessors and builders) and the ggml tensor type table.
 #include <array>
 #include <limits>
+#include <utility>
 
 #include "base/error.h"
 #include "format/gguf.h"
@@ -131,32 +132,33 @@ std::string gguf_type_name(GgufType t) {
   return str("type<", i, ">");
 }
 
+namespace {
+// efim dtype <-> ggml type id (ggml.h enum ggml_type).
+constexpr std::pair<DType, uint32_t> kGgmlIds[] = {
+    {DType::F32, 0},     {DType::F16, 1},     {DType::Q4_0, 2},    {DType::Q4_1, 3},
+    {DType::Q5_0, 6},    {DType::Q5_1, 7},    {DType::Q8_0, 8},    {DType::Q2_K, 10},
+    {DType::Q3_K, 11},   {DType::Q4_K, 12},   {DType::Q5_K, 13},   {DType::Q6_K, 14},
+    {DType::IQ4_NL, 20}, {DType::IQ4_XS, 23}, {DType::I8, 24},     {DType::I32, 26},
+    {DType::BF16, 30},
+};
+}  // namespace
+
 uint32_t ggml_type_id(DType t) {
-  switch (t) {
-    case DType::F32: return 0;
-    case DType::F16: return 1;
-    case DType::Q4_0: return 2;
-    case DType::Q8_0: return 8;
-    case DType::Q4_K: return 12;
-    case DType::I8: return 24;
-    case DType::I32: return 26;
-    case DType::BF16: return 30;
-  }
+  for (const auto& [dt, id] : kGgmlIds)
+    if (dt == t) return id;
   fail("ggml_type_id: unknown dtype code ", static_cast<int>(t));
 }
 
 std::optional<DType> dtype_from_ggml_type(uint32_t id) {
-  switch (id) {
-    case 0: return DType::F32;
-    case 1: return DType::F16;
-    case 2: return DType::Q4_0;
-    case 8: return DType::Q8_0;
-    case 12: return DType::Q4_K;
-    case 24: return DType::I8;
-    case 26: return DType::I32;
-    case 30: return DType::BF16;
-    default: return std::nullopt;
-  }
+  for (const auto& [dt, gid] : kGgmlIds)
+    if (gid == id) return dt;
+  return std::nullopt;
+}
+
+std::string loadable_ggml_types() {
+  std::string out;
+  for (const auto& [dt, id] : kGgmlIds) out += (out.empty() ? "" : ", ") + std::string(ggml_type_name(id));
+  return out;
 }
 
 std::string_view ggml_type_name(uint32_t id) {

@@ -7,6 +7,7 @@
 //
 // All tokens of the step share each matmul: activations are [n_tokens, features] row-major.
 #include <algorithm>
+#include <cstring>
 
 #include "base/error.h"
 #include "model/model.h"
@@ -70,6 +71,22 @@ void Model::matmul(const float* x, int64_t m, const cpu::WeightMatrix& w, float*
     cpu::matmul_reference(x, m, w, y);
   } else {
     cpu::matmul(*pool_, x, m, w, y);
+  }
+}
+
+void Model::matmul(const float* x, int64_t m, const std::vector<cpu::WeightMatrix>& parts,
+                   float* y) {
+  if (parts.size() == 1) return matmul(x, m, parts.front(), y);
+  int64_t width = 0;
+  for (const cpu::WeightMatrix& p : parts) width += p.rows;
+  int64_t col = 0;
+  for (const cpu::WeightMatrix& p : parts) {
+    s_.part.resize(static_cast<size_t>(m * p.rows));
+    matmul(x, m, p, s_.part.data());  // [m, p.rows]
+    for (int64_t i = 0; i < m; ++i)
+      std::memcpy(y + i * width + col, s_.part.data() + i * p.rows,
+                  static_cast<size_t>(p.rows) * sizeof(float));
+    col += p.rows;
   }
 }
 

@@ -109,28 +109,40 @@ void Model::FreeBytes::operator()(uint8_t* p) const { std::free(p); }
 
 void Model::fuse_projections() {
   // Rows of the parts, one after the other: y = x . [W0; W1; ...]^T holds each part's outputs
-  // side by side. The parts share dtype and width (bind_weights checked their shapes).
-  auto fuse = [&](std::initializer_list<const cpu::WeightMatrix*> parts) {
-    cpu::WeightMatrix f = **parts.begin();
+  // side by side. Parts share their width (bind_weights checked the shapes); each run of equal
+  // dtypes becomes one matrix.
+  auto fuse_run = [&](const std::vector<const cpu::WeightMatrix*>& run) {
+    if (run.size() == 1) return *run.front();
+    cpu::WeightMatrix f = *run.front();
     f.rows = 0;
-    for (const cpu::WeightMatrix* p : parts) {
-      EFIM_CHECK(p->dtype == f.dtype && p->cols == f.cols, "model: cannot fuse ",
-                 dtype_name(p->dtype), " [", p->rows, ", ", p->cols, "] with ", dtype_name(f.dtype),
-                 " [.., ", f.cols, "]");
-      f.rows += p->rows;
-    }
+    for (const cpu::WeightMatrix* p : run) f.rows += p->rows;
     const size_t row_bytes = dtype_row_bytes(f.dtype, static_cast<uint64_t>(f.cols));
     const size_t bytes = (static_cast<size_t>(f.rows) * row_bytes + 63) / 64 * 64;
     auto* data = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64)));
     EFIM_CHECK(data != nullptr, "model: out of memory fusing ", bytes, " bytes of weights");
     fused_bytes_.emplace_back(data);
     size_t at = 0;
-    for (const cpu::WeightMatrix* p : parts) {
+    for (const cpu::WeightMatrix* p : run) {
       std::memcpy(data + at, p->data, static_cast<size_t>(p->rows) * row_bytes);
       at += static_cast<size_t>(p->rows) * row_bytes;
     }
     f.data = data;
     return f;
+  };
+  auto fuse = [&](std::initializer_list<const cpu::WeightMatrix*> parts) {
+    std::vector<cpu::WeightMatrix> out;
+    std::vector<const cpu::WeightMatrix*> run;
+    for (const cpu::WeightMatrix* p : parts) {
+      EFIM_CHECK(p->cols == (*parts.begin())->cols, "model: cannot fuse [", p->rows, ", ", p->cols,
+                 "] with [.., ", (*parts.begin())->cols, "]");
+      if (!run.empty() && run.back()->dtype != p->dtype) {
+        out.push_back(fuse_run(run));
+        run.clear();
+      }
+      run.push_back(p);
+    }
+    out.push_back(fuse_run(run));
+    return out;
   };
   fused_.clear();
   for (const LayerWeights& w : weights_.layers) {

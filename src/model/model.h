@@ -56,6 +56,9 @@ class Model {
   void fuse_projections();
   // y[m, w.rows] = x[m, w.cols] . W^T with the kernel chosen at load.
   void matmul(const float* x, int64_t m, const cpu::WeightMatrix& w, float* y);
+  // y[m, sum of rows] = x . [W0; W1; ...]^T: one matmul when there is one part, else one per
+  // part written side by side through s_.part.
+  void matmul(const float* x, int64_t m, const std::vector<cpu::WeightMatrix>& parts, float* y);
 
   ModelConfig config_;
   std::unique_ptr<TensorSource> source_;  // owns the mapped weights
@@ -66,9 +69,11 @@ class Model {
   bool reference_matmul_ = false;
 
   // Per layer: W[q_dim + 2 kv_dim, hidden] = rows of Wq, Wk, Wv; W[2 intermediate, hidden] =
-  // rows of Wgate, Wup; their bytes live in fused_bytes_ (64-byte aligned).
+  // rows of Wgate, Wup; their bytes live in fused_bytes_ (64-byte aligned). Consecutive parts of
+  // one dtype are fused; a mixed file (llama.cpp's Q4_K_M keeps attn_v in a wider type) keeps
+  // one matrix per run of equal dtypes.
   struct FusedLayer {
-    cpu::WeightMatrix qkv, gate_up;
+    std::vector<cpu::WeightMatrix> qkv, gate_up;
     std::vector<float> bqkv;  // [q_dim + 2 kv_dim]; empty without qkv_bias
   };
   std::vector<FusedLayer> fused_;
@@ -86,6 +91,7 @@ class Model {
     std::vector<float> proj;     // [n, hidden] output of Wo / Wdown
     std::vector<float> gate_up;  // [n, 2 intermediate] gate | up of each token
     std::vector<float> act;      // [n, intermediate] silu(gate) * up
+    std::vector<float> part;     // [n, rows of one part] a part of a mixed-dtype fused matmul
     ops::RopeTable rope;
     std::vector<ops::AttentionSeq> seqs;
     ops::AttentionScratch attention;

@@ -44,7 +44,7 @@ cpu::WeightMatrix bind_matrix(const TensorSource& src, const std::string& name, 
                               int64_t cols) {
   TensorView t = require(src, name, {rows, cols});
   EFIM_CHECK(is_matmul_dtype(t.dtype), "weights: tensor ", name, " has dtype ", dtype_name(t.dtype),
-             ", expected one of f32, f16, bf16, q8_0, q4_0");
+             ", expected f32, f16, bf16 or a block-quantized type");
   EFIM_CHECK(cols % dtype_info(t.dtype).block_elems == 0, "weights: tensor ", name, " row length ",
              cols, " is not a multiple of the ", dtype_name(t.dtype), " block size");
   const uint64_t expect = static_cast<uint64_t>(rows) * dtype_row_bytes(t.dtype, cols);
@@ -91,8 +91,7 @@ LayerWeights bind_layer(const ModelConfig& c, const TensorSource& src, WeightNam
 }  // namespace
 
 bool is_matmul_dtype(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
-         t == DType::Q4_0;
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || is_quantized(t);
 }
 
 std::string TensorNames::embed(WeightNaming n) {

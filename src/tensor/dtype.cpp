@@ -7,7 +7,8 @@
 namespace efim {
 
 namespace {
-constexpr std::array<DTypeInfo, 8> kInfos = {{
+// Indexed by the DType code.
+constexpr std::array<DTypeInfo, 17> kInfos = {{
     {DType::F32, "f32", 1, 4},
     {DType::F16, "f16", 1, 2},
     {DType::BF16, "bf16", 1, 2},
@@ -16,7 +17,22 @@ constexpr std::array<DTypeInfo, 8> kInfos = {{
     {DType::Q4_K, "q4_k", 256, 144},
     {DType::I32, "i32", 1, 4},
     {DType::I8, "i8", 1, 1},
+    {DType::Q4_1, "q4_1", 32, 20},
+    {DType::Q5_0, "q5_0", 32, 22},
+    {DType::Q5_1, "q5_1", 32, 24},
+    {DType::IQ4_NL, "iq4_nl", 32, 18},
+    {DType::Q2_K, "q2_k", 256, 84},
+    {DType::Q3_K, "q3_k", 256, 110},
+    {DType::Q5_K, "q5_k", 256, 176},
+    {DType::Q6_K, "q6_k", 256, 210},
+    {DType::IQ4_XS, "iq4_xs", 256, 136},
 }};
+constexpr bool table_in_code_order() {
+  for (size_t i = 0; i < kInfos.size(); ++i)
+    if (static_cast<size_t>(kInfos[i].dtype) != i) return false;
+  return true;
+}
+static_assert(table_in_code_order());
 }  // namespace
 
 const DTypeInfo& dtype_info(DType t) {
@@ -30,8 +46,12 @@ std::string_view dtype_name(DType t) { return dtype_info(t).name; }
 DType dtype_from_name(std::string_view name) {
   for (const auto& info : kInfos)
     if (info.name == name) return info.dtype;
-  fail("unknown dtype '", name, "' (expected f32, f16, bf16, q8_0, q4_0, q4_k, i32 or i8)");
+  std::string known;
+  for (const auto& info : kInfos) known += (known.empty() ? "" : ", ") + std::string(info.name);
+  fail("unknown dtype '", name, "' (expected one of ", known, ")");
 }
+
+bool is_quantized(DType t) { return dtype_info(t).block_elems > 1; }
 
 uint64_t dtype_row_bytes(DType t, uint64_t n) {
   const auto& info = dtype_info(t);

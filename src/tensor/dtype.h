@@ -8,10 +8,16 @@
 
 namespace efim {
 
-// Quantized types store blocks: Q8_0 = {fp16 scale d; int8 q[32]} (34 bytes, x = d * q);
-// Q4_0 = {fp16 d; uint8 qs[16]} (18 bytes, x = d * (nibble - 8), low nibbles hold elements
-// 0..15, high nibbles 16..31); Q4_K = 256-element super-blocks of 144 bytes (ggml layout).
-enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, I32, I8 };
+// Quantized types store blocks in ggml's layouts (tensor/quant.h has each one): 32-element
+// blocks Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and 256-element super-blocks Q2_K, Q3_K, Q4_K,
+// Q5_K, Q6_K, IQ4_XS. The codes are efim's own (ggml ids: format/gguf_value.cpp).
+enum class DType : uint8_t {
+  F32, F16, BF16, Q8_0, Q4_0, Q4_K, I32, I8,
+  Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS,
+};
+
+// Whether t is one of the block-quantized weight types above.
+bool is_quantized(DType t);
 
 struct DTypeInfo {
   DType dtype;

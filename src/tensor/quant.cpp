@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "tensor/quant_internal.h"
 
 namespace efim {
 
@@ -160,6 +161,8 @@ void dequantize(const void* data, int64_t n, DType t, float* out) {
     case DType::Q4_K:
       return dequantize_row_q4_k(reinterpret_cast<const BlockQ4_K*>(p), n, out);
     default:
+      blocks_of(n, dtype_info(t).block_elems, "dequantize");
+      if (dequantize_more_blocks(p, n, t, out)) return;
       fail("dequantize: unsupported dtype ", dtype_name(t));
   }
 }

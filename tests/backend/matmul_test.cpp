@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_int.h"
 #include "base/error.h"
 #include "tensor/quant.h"
 
@@ -34,18 +35,53 @@ std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-// Q4_K has no quantizer here: random super-blocks with moderate super-scales.
-std::vector<uint8_t> random_q4k(int64_t n_elems, uint32_t seed) {
+// Block types without a quantizer here (K-quants, I-quants, Q4_1, Q5_x): random blocks whose
+// f16 scale fields hold moderate values (random bits there would give inf and NaN).
+struct ScaleFields {
+  int d, dmin;  // byte offsets of the f16 scale and min fields in the block (-1: none)
+};
+ScaleFields scale_fields(DType t) {
+  switch (t) {
+    case DType::Q4_1:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+      return {0, 2};
+    case DType::Q5_0:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+      return {0, -1};
+    case DType::Q2_K:
+      return {80, 82};
+    case DType::Q3_K:
+      return {108, -1};
+    case DType::Q6_K:
+      return {208, -1};
+    default:
+      return {-1, -1};
+  }
+}
+
+std::vector<uint8_t> random_blocks(DType t, int64_t n_elems, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<uint8_t> bytes(dtype_row_bytes(DType::Q4_K, static_cast<uint64_t>(n_elems)));
+  const ScaleFields f = scale_fields(t);
+  const size_t block = static_cast<size_t>(dtype_info(t).block_bytes);
+  std::vector<uint8_t> bytes(dtype_row_bytes(t, static_cast<uint64_t>(n_elems)));
   for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-  for (size_t off = 0; off < bytes.size(); off += sizeof(BlockQ4_K)) {
-    const uint16_t d = f32_to_f16(0.001f + 0.0001f * static_cast<float>(rng() % 16));
-    const uint16_t dmin = f32_to_f16(0.0005f * static_cast<float>(rng() % 8));
-    std::memcpy(&bytes[off], &d, 2);
-    std::memcpy(&bytes[off + 2], &dmin, 2);
+  // Scales so that weights are O(0.1): 256-element types multiply d by 6-8 bit sub-scales.
+  const float unit = dtype_info(t).block_elems == 256 ? 0.001f : 0.02f;
+  for (size_t off = 0; off < bytes.size(); off += block) {
+    const uint16_t d = f32_to_f16(unit * (1.0f + 0.1f * static_cast<float>(rng() % 16)));
+    const uint16_t dmin = f32_to_f16(unit * 0.5f * static_cast<float>(rng() % 8));
+    std::memcpy(&bytes[off + static_cast<size_t>(f.d)], &d, 2);
+    if (f.dmin >= 0) std::memcpy(&bytes[off + static_cast<size_t>(f.dmin)], &dmin, 2);
   }
   return bytes;
+}
+
+bool has_quantizer(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
+         t == DType::Q4_0;
 }
 
 struct Problem {
@@ -62,8 +98,8 @@ Problem make_problem(Shape s, DType t, uint32_t seed) {
   // Spread of magnitudes per row of x, as activations after a norm have.
   for (int64_t i = 0; i < s.m; ++i)
     for (int64_t j = 0; j < s.k; ++j) p.x[static_cast<size_t>(i * s.k + j)] *= 1.0f + (j % 7);
-  if (t == DType::Q4_K) {
-    p.wbuf = random_q4k(s.n * s.k, seed + 1);
+  if (!has_quantizer(t)) {
+    p.wbuf = random_blocks(t, s.n * s.k, seed + 1);
   } else {
     const auto wsrc = random_vec(static_cast<size_t>(s.n * s.k), seed + 1, 0.5f);
     p.wbuf = quantize(wsrc.data(), s.n * s.k, t);
@@ -83,14 +119,16 @@ double abs_dot(const Problem& p, int64_t i, int64_t r) {
   return s;
 }
 
-// Bound on the error of quantizing x to int8 blocks: each x_k moves by at most
+// Bound on the error of quantizing x to int8 blocks (32 elements; 256 for the super-block
+// types, whose activations are quantized as ggml's Q8_K): each x_k moves by at most
 // d_x / 2 = amax_block / 254, so the dot moves by at most sum_b amax_b / 254 * sum_{k in b} |w_k|.
 double act_quant_bound(const Problem& p, int64_t i, int64_t r) {
+  const int block = dtype_info(p.dtype).block_elems == 256 ? kQKBlock : kQBlock;
   double bound = 0;
-  for (int64_t b = 0; b < p.s.k / kQBlock; ++b) {
+  for (int64_t b = 0; b < p.s.k / block; ++b) {
     double amax = 0, wsum = 0;
-    for (int j = 0; j < kQBlock; ++j) {
-      const int64_t kk = b * kQBlock + j;
+    for (int j = 0; j < block; ++j) {
+      const int64_t kk = b * block + j;
       amax =
           std::max(amax, static_cast<double>(std::fabs(p.x[static_cast<size_t>(i * p.s.k + kk)])));
       wsum += std::fabs(p.wf[static_cast<size_t>(r * p.s.k + kk)]);
@@ -100,9 +138,8 @@ double act_quant_bound(const Problem& p, int64_t i, int64_t r) {
   return bound;
 }
 
-bool is_int8_path(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0;
-}
+// Every block type runs on int8 dot products (Q4_K too since the block kernels).
+bool is_int8_path(DType t) { return is_quantized(t); }
 
 // Tolerance of a kernel against matmul_reference for output (i, r):
 //   float paths: f32 accumulation, 2e-5 of sum |x w| (k <= 1024, error grows ~ sqrt(k) eps);
@@ -124,7 +161,9 @@ std::vector<float> run(const Problem& p, CpuKernel kernel, int threads) {
 std::vector<float> run_avx512_emulated(const Problem& p, int threads) {
   ThreadPool pool(threads);
   std::vector<float> y(static_cast<size_t>(p.s.m * p.s.n), NAN);
-  if (p.dtype == DType::Q8_0 || p.dtype == DType::Q4_0)
+  if (detail::is_block_kernel_type(p.dtype))
+    detail::matmul_blocks_avx2(pool, p.x.data(), p.s.m, p.w, y.data());  // what Avx512 runs
+  else if (p.dtype == DType::Q8_0 || p.dtype == DType::Q4_0)
     detail::matmul_quant_avx512_emulated(pool, p.x.data(), p.s.m, p.w, y.data());
   else
     detail::matmul_float_avx512_emulated(pool, p.x.data(), p.s.m, p.w, y.data());
@@ -208,7 +247,7 @@ TEST_P(MatmulDtype, EveryVariantMatchesReference) {
   const DType t = GetParam();
   uint32_t seed = 1;
   for (const Shape& s : kShapes) {
-    if (t == DType::Q4_K && s.k % kQKBlock != 0) continue;  // Q4_K needs k % 256 == 0
+    if (s.k % dtype_info(t).block_elems != 0) continue;  // super-blocks need k % 256 == 0
     const Problem p = make_problem(s, t, seed += 7);
     for (CpuKernel kernel : variants()) {
       for (int threads : {1, 2, 3}) {
@@ -240,7 +279,7 @@ TEST_P(MatmulDtype, Avx512EmulatedMatchesReference) {
   const DType t = GetParam();
   uint32_t seed = 1;
   for (const Shape& s : kShapes) {
-    if (t == DType::Q4_K && s.k % kQKBlock != 0) continue;
+    if (s.k % dtype_info(t).block_elems != 0) continue;
     const Problem p = make_problem(s, t, seed += 7);  // EveryVariantMatchesReference's problems
     for (int threads : {1, 3})
       expect_close_to_reference(p, run_avx512_emulated(p, threads),
@@ -258,17 +297,21 @@ TEST_P(MatmulDtype, Avx512EmulatedMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, MatmulDtype,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
-                                           DType::Q4_0, DType::Q4_K),
+                                           DType::Q4_0, DType::Q4_K, DType::Q4_1, DType::Q5_0,
+                                           DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K,
+                                           DType::Q5_K, DType::Q6_K, DType::IQ4_XS),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // The int8 kernels do exactly the scalar kernel's integer arithmetic: only the order of the
 // f32 accumulation of per-block partial results differs.
 TEST(MatmulInt8, SimdVariantsMatchScalarArithmetic) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
-  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL,
+                 DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
     for (Shape s : {Shape{1, 768, 64}, Shape{2, 384, 20}, Shape{3, 256, 8}, Shape{17, 1024, 72},
                     Shape{64, 2048, 32}, Shape{1, 1024, 600}, Shape{2, 1024, 300},
                     Shape{1, 224, 40}, Shape{5, 224, 18}}) {
+      if (s.k % dtype_info(t).block_elems != 0) continue;
       const Problem p = make_problem(s, t, 5);
       const auto b = run(p, CpuKernel::Scalar, 1);
       std::vector<std::pair<std::string, std::vector<float>>> simd;
@@ -290,6 +333,85 @@ TEST(MatmulInt8, SimdVariantsMatchScalarArithmetic) {
       }
     }
   }
+}
+
+// The integer forms the kernels compute with describe the same numbers as the dequantizers
+// (checked bit for bit against ggml in quant_test): d sc q - dmin mn, or d (q - o) + m.
+TEST(QuantInt, IntegerFormsReproduceDequantize) {
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
+                  DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q8_0}) {
+    const int64_t n = 1024;
+    const auto bytes = t == DType::Q8_0 || t == DType::Q4_0
+                           ? quantize(random_vec(n, 3).data(), n, t)
+                           : random_blocks(t, n, 11);
+    std::vector<float> ref(n);
+    dequantize(bytes.data(), n, t, ref.data());
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double v;
+      if (is_superblock_type(t)) {
+        IntSuperBlock b;
+        decode_superblock(t, bytes.data(), i / 256, b);
+        const int j = static_cast<int>(i % 256) / 16;
+        v = static_cast<double>(b.d) * b.sc[j] * b.q[i % 256] - static_cast<double>(b.dmin) * b.mn[j];
+      } else {
+        IntBlock32 b;
+        decode_block32(t, bytes.data(), i / 32, b);
+        v = static_cast<double>(b.d) * (b.q[i % 32] - b.o) + b.m;
+      }
+      if (!(std::fabs(v - ref[i]) <= 1e-6 * (std::fabs(ref[i]) + 1e-3)) && ++bad <= 3)
+        ADD_FAILURE() << dtype_name(t) << " element " << i << ": integer form " << v
+                      << ", dequantize " << ref[i];
+    }
+    EXPECT_EQ(bad, 0) << dtype_name(t);
+  }
+}
+
+// The two ggml-exact Q8_0 / Q8_1 activation quantizers write identical bytes.
+TEST(QuantInt, GgmlBlockActivationQuantizersAgree) {
+  if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
+  auto x = random_vec(3 * 256, 9, 2.0f);
+  for (int j = 32; j < 64; ++j) x[static_cast<size_t>(j)] = 0.0f;  // an all-zero block
+  detail::QuantizedRows a, b;
+  a.resize(3, 256);
+  b.resize(3, 256);
+  for (int64_t i = 0; i < 3; ++i) {
+    detail::quantize_row_q8_ggml_scalar(x.data(), i, a);
+    detail::quantize_row_q8_ggml_avx2(x.data(), i, b);
+  }
+  EXPECT_EQ(a.q, b.q);
+  EXPECT_EQ(a.d, b.d);
+  EXPECT_EQ(a.sum, b.sum);
+  EXPECT_EQ(a.s, b.s);
+  EXPECT_EQ(a.d[1], 0.0f);
+  for (size_t blk = 0; blk < a.d.size(); ++blk)  // d and s are f16 values
+    EXPECT_EQ(f16_to_f32(f32_to_f16(a.d[blk])), a.d[blk]);
+  EXPECT_NEAR(a.s[0], a.d[0] * static_cast<float>(a.sum[0]), 1e-3 * std::fabs(a.s[0]) + 1e-6);
+}
+
+// The two Q8_K activation quantizers write identical bytes.
+TEST(QuantInt, SuperBlockActivationQuantizersAgree) {
+  if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
+  auto x = random_vec(3 * 512, 5, 3.0f);
+  for (int j = 256; j < 512; ++j) x[static_cast<size_t>(j)] = 0.0f;  // an all-zero super-block
+  QuantizedRowsK a, b;
+  a.resize(3, 512);
+  b.resize(3, 512);
+  for (int64_t i = 0; i < 3; ++i) {
+    quantize_row_k_scalar(x.data(), i, a);
+    quantize_row_k_avx2(x.data(), i, b);
+  }
+  EXPECT_EQ(a.q, b.q);
+  EXPECT_EQ(a.d, b.d);
+  EXPECT_EQ(a.bsum, b.bsum);
+  EXPECT_EQ(a.d[1], 0.0f);
+  for (int64_t i = 0; i < 3 * 512; ++i) {
+    const float d = a.d[static_cast<size_t>(i / 256)];
+    EXPECT_LE(std::fabs(d * a.q[static_cast<size_t>(i)] - x[static_cast<size_t>(i)]), 0.5f * std::fabs(d) + 1e-6f);
+  }
+  int sum = 0;
+  for (int j = 0; j < 16; ++j) sum += a.q[static_cast<size_t>(j)];
+  EXPECT_EQ(a.bsum[0], sum);
 }
 
 // Where the CPU has AVX-512 the native kernels run in every test above through variants(); this

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/quant_int.h"
 #include "base/error.h"
 
 namespace efim {
@@ -231,6 +232,81 @@ TEST(QuantOracle, Q4_KDequantizeMatchesGgml) {
     norm += x[i] * x[i];
   }
   EXPECT_LT(std::sqrt(err / norm), 0.15);
+}
+
+// Every other block type llama.cpp's quantizer writes: ggml quantizes (its reference
+// quantizers, no importance matrix), and efim's dequantizer must give ggml's floats bit for bit.
+TEST(QuantOracle, EveryBlockTypeDequantizesAsGgml) {
+  const Ggml* g = load_ggml();
+  ASSERT_NE(g, nullptr);
+  struct Case {
+    DType ours;
+    int ggml_id;
+    const char* dequantizer;
+    double max_rel_rms;  // of the round trip: a sanity bound for the type's bits per weight
+  };
+  const Case cases[] = {
+      {DType::Q4_1, 3, "dequantize_row_q4_1", 0.12},   {DType::Q5_0, 6, "dequantize_row_q5_0", 0.06},
+      {DType::Q5_1, 7, "dequantize_row_q5_1", 0.06},   {DType::Q2_K, 10, "dequantize_row_q2_K", 0.45},
+      {DType::Q3_K, 11, "dequantize_row_q3_K", 0.25},  {DType::Q5_K, 13, "dequantize_row_q5_K", 0.06},
+      {DType::Q6_K, 14, "dequantize_row_q6_K", 0.03},  {DType::IQ4_NL, 20, "dequantize_row_iq4_nl", 0.12},
+      {DType::IQ4_XS, 23, "dequantize_row_iq4_xs", 0.12},
+  };
+  const int64_t rows = 4, cols = 1024;
+  const auto x = oracle_data(rows, cols);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.ours)));
+    auto dq = reinterpret_cast<Ggml::Dequantize>(dlsym(g->lib, c.dequantizer));
+    ASSERT_NE(dq, nullptr) << c.dequantizer;
+    std::vector<uint8_t> blocks(dtype_row_bytes(c.ours, rows * cols));
+    ASSERT_EQ(g->quantize_chunk(c.ggml_id, x.data(), blocks.data(), 0, rows, cols, nullptr),
+              blocks.size());
+    std::vector<float> a(x.size()), b(x.size());
+    dequantize(blocks.data(), rows * cols, c.ours, a.data());
+    dq(blocks.data(), b.data(), rows * cols);
+    size_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << "first values " << a[0] << " vs " << b[0];
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      err += (a[i] - x[i]) * (a[i] - x[i]);
+      norm += x[i] * x[i];
+    }
+    EXPECT_LT(std::sqrt(err / norm), c.max_rel_rms);
+  }
+}
+
+// The super-block kernels quantize activations exactly as ggml's Q8_K (the quantizer its x86
+// CPU backend runs), so K-quant products differ from llama.cpp's only in summation order.
+TEST(QuantOracle, SuperBlockActivationsEqualGgmlQ8K) {
+  const Ggml* g = load_ggml();
+  ASSERT_NE(g, nullptr);
+  using Q8K = void (*)(const float*, void*, int64_t);
+  auto q8k = reinterpret_cast<Q8K>(dlsym(g->lib, "quantize_row_q8_K_ref"));
+  ASSERT_NE(q8k, nullptr);
+  const int64_t rows = 4, cols = 1024;
+  auto x = oracle_data(rows, cols);
+  for (int j = 256; j < 512; ++j) x[static_cast<size_t>(j)] = 0.0f;  // a zero super-block
+  x[600] = -40.0f;                                                  // negative extreme
+  x[700] = 3.0f, x[701] = -3.0f;  // a tie in magnitude: the first one sets the sign
+  for (int j = 768; j < 1024; ++j) x[static_cast<size_t>(j)] = j == 700 ? 0.0f : 0.01f * (j % 5);
+  cpu::QuantizedRowsK a;
+  a.resize(rows, cols);
+  for (int64_t i = 0; i < rows; ++i) cpu::quantize_row_k_scalar(x.data(), i, a);
+  struct BlockQ8K {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];
+  };
+  static_assert(sizeof(BlockQ8K) == 292);
+  std::vector<BlockQ8K> ref(static_cast<size_t>(rows * cols / 256));
+  q8k(x.data(), ref.data(), rows * cols);
+  for (size_t s = 0; s < ref.size(); ++s) {
+    SCOPED_TRACE(s);
+    EXPECT_EQ(std::memcmp(&ref[s].d, &a.d[s], 4), 0) << ref[s].d << " vs " << a.d[s];
+    EXPECT_EQ(std::memcmp(ref[s].qs, a.q.data() + 256 * s, 256), 0);
+    EXPECT_EQ(std::memcmp(ref[s].bsums, a.bsum.data() + 16 * s, 32), 0);
+  }
 }
 
 }  // namespace

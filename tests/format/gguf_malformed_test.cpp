@@ -184,8 +184,11 @@ TEST(GgufMalformed, TensorInfos) {
   tensor_info(r, "t", {4}, 0, 4).pad(32).b += std::string(64, 'd');
   EXPECT_ERROR(r.b, "tensor 't' data offset 4 is not a multiple of the alignment 32");
   r = header(1, 0);
-  tensor_info(r, "blk.0.attn_q.weight", {256}, 14, 0).pad(32).b += std::string(256, 'd');
-  EXPECT_ERROR(r.b, "tensor 'blk.0.attn_q.weight' has unsupported ggml type 14 (q6_K)");
+  tensor_info(r, "blk.0.attn_q.weight", {256}, 16, 0).pad(32).b += std::string(256, 'd');
+  // The message names the type and lists every type that loads.
+  EXPECT_ERROR(r.b, "tensor 'blk.0.attn_q.weight' has unsupported ggml type 16 (iq2_xxs); efim "
+                    "loads f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, "
+                    "iq4_nl, iq4_xs, i8, i32, bf16");
   r = header(1, 0);
   tensor_info(r, "t", {1}, 1000, 0).pad(32).b += std::string(32, 'd');
   EXPECT_ERROR(r.b, "unsupported ggml type 1000 (?)");

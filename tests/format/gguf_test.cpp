@@ -2,6 +2,7 @@
 // real llama.cpp vocab file.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
 
 #include "base/error.h"
@@ -285,11 +286,29 @@ TEST(Gguf, GgmlTypeIds) {
   EXPECT_EQ(ggml_type_id(DType::I8), 24u);
   EXPECT_EQ(ggml_type_id(DType::I32), 26u);
   EXPECT_EQ(ggml_type_id(DType::BF16), 30u);
+  EXPECT_EQ(ggml_type_id(DType::Q4_1), 3u);
+  EXPECT_EQ(ggml_type_id(DType::Q5_0), 6u);
+  EXPECT_EQ(ggml_type_id(DType::Q5_1), 7u);
+  EXPECT_EQ(ggml_type_id(DType::Q2_K), 10u);
+  EXPECT_EQ(ggml_type_id(DType::Q3_K), 11u);
+  EXPECT_EQ(ggml_type_id(DType::Q5_K), 13u);
+  EXPECT_EQ(ggml_type_id(DType::Q6_K), 14u);
+  EXPECT_EQ(ggml_type_id(DType::IQ4_NL), 20u);
+  EXPECT_EQ(ggml_type_id(DType::IQ4_XS), 23u);
+  int loadable = 0;
   for (uint32_t id = 0; id < 64; ++id)
     if (auto d = dtype_from_ggml_type(id)) {
       EXPECT_EQ(ggml_type_id(*d), id);
+      // Names agree up to case ("q4_K" / "q4_k").
+      std::string ours(dtype_name(*d)), theirs(ggml_type_name(id));
+      for (char& c : theirs) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      EXPECT_EQ(ours, theirs);
+      ++loadable;
     }
-  EXPECT_FALSE(dtype_from_ggml_type(14).has_value());
+  EXPECT_EQ(loadable, 17);
+  // IQ2/IQ3/IQ1, ternary and 4x4-repacked types do not load.
+  for (uint32_t id : {16u, 17u, 18u, 19u, 21u, 22u, 29u, 34u, 35u, 39u})
+    EXPECT_FALSE(dtype_from_ggml_type(id).has_value()) << id;
   EXPECT_EQ(ggml_type_name(14), "q6_K");
   EXPECT_EQ(ggml_type_name(1000), "?");
 }

@@ -19,9 +19,18 @@ struct QuantizedRows {
   std::vector<int8_t> q;         // [m][k]  quants in [-127, 127], rounded to nearest even
   std::vector<float> d;          // [m][nb] scales amax / 127
   std::vector<int32_t> sum;      // [m][nb] sum of the block's 32 quants
+  std::vector<float> s;          // [m][nb] f16(d * sum) (ggml's Q8_1), by the ggml quantizer only
 
   void resize(int64_t rows, int64_t cols);
 };
+
+// Activations for the block kernels of Q4_1, Q5_0, Q5_1 and IQ4_NL exactly as ggml's x86
+// quantize_row_q8_0 / quantize_row_q8_1 (what llama.cpp multiplies those weights with):
+// d = amax / 127 rounded to f16, q = round(x * (127 / amax)) to nearest even, s = f16(d * sum q)
+// with the unrounded d. Row i of x into row i of out (already sized): d holds the f16 value as
+// f32, sum and s are filled. The two versions write identical bytes.
+void quantize_row_q8_ggml_scalar(const float* x, int64_t i, QuantizedRows& out);
+void quantize_row_q8_ggml_avx2(const float* x, int64_t i, QuantizedRows& out);
 
 // Both produce identical bytes (same float operations, same rounding).
 void quantize_rows_scalar(const float* x, int64_t m, int64_t k, QuantizedRows& out);
@@ -37,6 +46,13 @@ void matmul_float_avx2(ThreadPool& pool, const float* x, int64_t m, const Weight
 // Q8_0 and Q4_0: int8 dot products on quantized activations.
 void matmul_quant_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                        float* y);
+// Q2_K..Q6_K, IQ4_XS (against Q8_K activations) and Q4_1, Q5_0, Q5_1, IQ4_NL (against int8
+// blocks of 32): int8 dot products in the integer forms of quant_int.h. The AVX-512 variant runs
+// these too.
+void matmul_blocks_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                        float* y);
+// Whether matmul_blocks_avx2 (and the scalar kernel's integer path for the same types) takes t.
+bool is_block_kernel_type(DType t);
 // The same two kernels on 512-bit registers (AVX-512F + AVX-512BW).
 void matmul_float_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                          float* y);

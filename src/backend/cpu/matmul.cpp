@@ -90,18 +90,12 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, 
     std::memset(y, 0, static_cast<size_t>(m * w.rows) * sizeof(float));
     return;
   }
-  switch (w.dtype) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_K:
-      break;
-    default:
-      fail("matmul: unsupported weight dtype ", dtype_name(w.dtype));
-  }
+  EFIM_CHECK(w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16 ||
+                 is_quantized(w.dtype),
+             "matmul: unsupported weight dtype ", dtype_name(w.dtype));
   const bool int8 = w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0;
+  if (kernel != CpuKernel::Scalar && detail::is_block_kernel_type(w.dtype))
+    return detail::matmul_blocks_avx2(pool, x, m, w, y);
   switch (kernel) {
     case CpuKernel::Scalar:
       return detail::matmul_scalar(pool, x, m, w, y);

@@ -1,0 +1,462 @@
+// AVX2 int8-dot kernels for the block types of llama.cpp's K-quant and I-quant files (Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS against Q8_K activations; Q4_1, Q5_0, Q5_1, IQ4_NL against
+// int8 blocks of 32), in the integer forms of quant_int.h.
+//
+// Super-block types: a per-type unpacker gives, for chunk c (elements 32c..32c+31) of a weight
+// super-block, its 32 quants in one register, and once per super-block the 16 sub-block scales
+// and mins as int16. The dot of chunk c with the activations is
+//     madd(maddubs(q, a), [sc_2c x 8 | sc_2c+1 x 8])
+// (maddubs pairs stay inside one 16-element sub-block: lanes 0..7 of the int16 result are
+// elements 0..15, lanes 8..15 elements 16..31), summed over the 8 chunks in int32 lanes; the
+// mins cost one madd of mn against the activations' 16-element sums. Bounds: maddubs pairs are
+// at most 2 * 63 * 127 = 16002 (Q6_K's q < 64; IQ4_XS is signed: |q| * sign(a, q), at most
+// 2 * 127 * 127), madd with |sc| <= 128 and 8 chunks stay far below 2^31.
+// 32-element types: one register of quants per block, int dot by maddubs + madd (minus the
+// integer offset o times the activations' sum), scaled by d_w d_a, plus m_w s_a.
+//
+// Rows of x are processed up to 4 at a time against one weight row, so each unpacked register
+// is used 4 times; threads take groups of weight rows, so each streams its own part of W.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_int.h"
+#include "tensor/quant.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include "backend/cpu/avx2_helpers.h"
+
+namespace efim::cpu::detail {
+
+namespace {
+
+constexpr int kMaxRows = 4;  // rows of x per pass over a weight row
+
+inline float f16(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
+
+inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
+inline __m256i high_nibbles(__m256i v) {
+  return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+}
+// Bits s..s+width-1 of every byte, moved to bit 0.
+inline __m256i byte_bits(__m256i v, int s, int mask) {
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(s)), _mm256_set1_epi8(mask));
+}
+// The 16 IQ4 grid values, in both 128-bit lanes (for a byte shuffle lookup).
+inline __m256i iq4_table() {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values));
+  return _mm256_set_m128i(t, t);
+}
+
+// Scales and mins of one super-block, as int16, plus its two float super-scales.
+struct Scales {
+  alignas(32) int16_t sc[16];
+  alignas(32) int16_t mn[16];
+  float d, dmin;
+};
+
+void k4_scales(const uint8_t scales[12], Scales& s) {
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, mn;
+    q4k_scale_min(scales, j, &sc, &mn);
+    s.sc[2 * j] = s.sc[2 * j + 1] = sc;
+    s.mn[2 * j] = s.mn[2 * j + 1] = mn;
+  }
+}
+
+// ---- per-type unpackers: prepare(block, scales); chunk(block, c) = 32 quants ----
+
+struct UQ2_K {
+  using Block = BlockQ2_K;
+  static constexpr bool kSigned = false, kMins = true;
+  static void prepare(const Block& b, Scales& s) {
+    s.d = f16(b.d);
+    s.dmin = f16(b.dmin);
+    for (int j = 0; j < 16; ++j) {
+      s.sc[j] = b.scales[j] & 15;
+      s.mn[j] = b.scales[j] >> 4;
+    }
+  }
+  static __m256i chunk(const Block& b, int c) {
+    return byte_bits(load32(b.qs + 32 * (c / 4)), 2 * (c % 4), 3);
+  }
+};
+
+struct UQ3_K {
+  using Block = BlockQ3_K;
+  static constexpr bool kSigned = false, kMins = true;
+  static void prepare(const Block& b, Scales& s) {
+    s.d = s.dmin = f16(b.d);
+    for (int j = 0; j < 16; ++j) {
+      s.sc[j] = static_cast<int16_t>(q3k_scale(b.scales, j) - 32);
+      s.mn[j] = static_cast<int16_t>(4 * s.sc[j]);
+    }
+  }
+  static __m256i chunk(const Block& b, int c) {
+    const __m256i low = byte_bits(load32(b.qs + 32 * (c / 4)), 2 * (c % 4), 3);
+    const __m256i high = byte_bits(load32(b.hmask), c, 1);
+    return _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
+  }
+};
+
+struct UQ4_K {
+  using Block = BlockQ4_K;
+  static constexpr bool kSigned = false, kMins = true;
+  static void prepare(const Block& b, Scales& s) {
+    s.d = f16(b.d);
+    s.dmin = f16(b.dmin);
+    k4_scales(b.scales, s);
+  }
+  static __m256i chunk(const Block& b, int c) {
+    const __m256i v = load32(b.qs + 32 * (c / 2));
+    return c % 2 ? high_nibbles(v) : low_nibbles(v);
+  }
+};
+
+struct UQ5_K {
+  using Block = BlockQ5_K;
+  static constexpr bool kSigned = false, kMins = true;
+  static void prepare(const Block& b, Scales& s) {
+    s.d = f16(b.d);
+    s.dmin = f16(b.dmin);
+    k4_scales(b.scales, s);
+  }
+  static __m256i chunk(const Block& b, int c) {
+    const __m256i v = load32(b.qs + 32 * (c / 2));
+    const __m256i low = c % 2 ? high_nibbles(v) : low_nibbles(v);
+    return _mm256_or_si256(low, _mm256_slli_epi16(byte_bits(load32(b.qh), c, 1), 4));
+  }
+};
+
+struct UQ6_K {
+  using Block = BlockQ6_K;
+  static constexpr bool kSigned = false, kMins = true;
+  static void prepare(const Block& b, Scales& s) {
+    s.d = s.dmin = f16(b.d);
+    for (int j = 0; j < 16; ++j) {
+      s.sc[j] = b.scales[j];
+      s.mn[j] = static_cast<int16_t>(32 * b.scales[j]);
+    }
+  }
+  static __m256i chunk(const Block& b, int c) {
+    const int h = c / 4, t = c % 4;
+    const __m256i v = load32(b.ql + 64 * h + 32 * (t & 1));
+    const __m256i low = t < 2 ? low_nibbles(v) : high_nibbles(v);
+    const __m256i high = byte_bits(load32(b.qh + 32 * h), 2 * t, 3);
+    return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+  }
+};
+
+struct UIQ4_XS {
+  using Block = BlockIQ4_XS;
+  static constexpr bool kSigned = true, kMins = false;
+  static void prepare(const Block& b, Scales& s) {
+    s.d = f16(b.d);
+    s.dmin = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      const int ls = ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) |
+                     (((b.scales_h >> (2 * j)) & 3) << 4);
+      s.sc[2 * j] = s.sc[2 * j + 1] = static_cast<int16_t>(ls - 32);
+      s.mn[2 * j] = s.mn[2 * j + 1] = 0;
+    }
+  }
+  static __m256i chunk(const Block& b, int c) {
+    return _mm256_shuffle_epi8(iq4_table(), unpack_q4(b.qs + 16 * c));
+  }
+};
+
+// acc[i] += (weight super-block wb) . (super-block s of x row i0 + i), for MX rows of x, in 8
+// f32 lanes whose sum is the dot.
+template <class U, int MX>
+inline void superblock_dot(const typename U::Block& wb, const QuantizedRowsK& a, int64_t i0,
+                           int64_t s, __m256 acc[MX]) {
+  Scales sc;
+  U::prepare(wb, sc);
+  __m256i isum[MX];
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) isum[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) {
+    const __m256i q = U::chunk(wb, c);
+    const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc.sc[2 * c + 1]), _mm_set1_epi16(sc.sc[2 * c]));
+    const __m256i qa = U::kSigned ? _mm256_abs_epi8(q) : q;
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      __m256i x = load32(reinterpret_cast<const uint8_t*>(a.q.data() + (i0 + i) * a.k + s * kQKBlock + 32 * c));
+      if constexpr (U::kSigned) x = _mm256_sign_epi8(x, q);
+      isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, x), scv));
+    }
+  }
+  const __m256i mn = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc.mn));
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) {
+    const size_t at = static_cast<size_t>((i0 + i) * a.ns + s);
+    const float dx = a.d[at];
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(sc.d * dx), acc[i]);
+    if constexpr (U::kMins) {
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsum.data() + at * 16));
+      acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn, bs)),
+                                _mm256_set1_ps(sc.dmin * dx), acc[i]);
+    }
+  }
+}
+
+// y[(i0 + i) * ldy] = weight row . x row i0 + i for MX rows.
+template <class U, int MX>
+void row_dot_k(const uint8_t* wrow, const QuantizedRowsK& a, int64_t i0, float* y, int64_t ldy) {
+  const auto* blocks = reinterpret_cast<const typename U::Block*>(wrow);
+  __m256 acc[MX];
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < a.ns; ++s) superblock_dot<U, MX>(blocks[s], a, i0, s, acc);
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) y[(i0 + i) * ldy] = hsum(acc[i]);
+}
+
+// ---- 32-element types: block(b, d, m) = 32 quants, d_w and m_w; kOffset = o ----
+
+// The 32 fifth bits of Q5_0 / Q5_1 (bit j of qh -> 0x10 in byte j).
+inline __m256i q5_high(const uint8_t qh[4]) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  // Byte j takes byte j / 8 of h, then tests bit j % 8 of it.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(h)),
+      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                         0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+struct UQ4_1 {
+  using Block = BlockQ4_1;
+  static constexpr bool kSigned = false;
+  static constexpr int kOffset = 0;
+  static __m256i block(const Block& b, float& d, float& m) {
+    d = f16(b.d);
+    m = f16(b.m);
+    return unpack_q4(b.qs);
+  }
+};
+struct UQ5_0 {
+  using Block = BlockQ5_0;
+  static constexpr bool kSigned = false;
+  static constexpr int kOffset = 16;
+  static __m256i block(const Block& b, float& d, float& m) {
+    d = f16(b.d);
+    m = 0.0f;
+    return _mm256_or_si256(unpack_q4(b.qs), q5_high(b.qh));
+  }
+};
+struct UQ5_1 {
+  using Block = BlockQ5_1;
+  static constexpr bool kSigned = false;
+  static constexpr int kOffset = 0;
+  static __m256i block(const Block& b, float& d, float& m) {
+    d = f16(b.d);
+    m = f16(b.m);
+    return _mm256_or_si256(unpack_q4(b.qs), q5_high(b.qh));
+  }
+};
+struct UIQ4_NL {
+  using Block = BlockIQ4_NL;
+  static constexpr bool kSigned = true;
+  static constexpr int kOffset = 0;
+  static __m256i block(const Block& b, float& d, float& m) {
+    d = f16(b.d);
+    m = 0.0f;
+    return _mm256_shuffle_epi8(iq4_table(), unpack_q4(b.qs));
+  }
+};
+
+template <class U, int MX>
+void row_dot_32(const uint8_t* wrow, const QuantizedRows& a, int64_t i0, float* y, int64_t ldy) {
+  const auto* blocks = reinterpret_cast<const typename U::Block*>(wrow);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MX];
+  float off[MX];  // sum over blocks of m_w * s_a
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) {
+    acc[i] = _mm256_setzero_ps();
+    off[i] = 0.0f;
+  }
+  for (int64_t b = 0; b < a.nb; ++b) {
+    float d, m;
+    const __m256i q = U::block(blocks[b], d, m);
+    const __m256i qa = U::kSigned ? _mm256_abs_epi8(q) : q;
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const size_t at = static_cast<size_t>((i0 + i) * a.nb + b);
+      __m256i x = load32(reinterpret_cast<const uint8_t*>(a.q.data() + (i0 + i) * a.k + b * kQBlock));
+      if constexpr (U::kSigned) x = _mm256_sign_epi8(x, q);
+      __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, x), ones);
+      if constexpr (U::kOffset != 0)  // one lane carries -o * sum(a): the lane sum is the dot
+        dot = _mm256_sub_epi32(dot, _mm256_zextsi128_si256(_mm_cvtsi32_si128(U::kOffset * a.sum[at])));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.d[at]), acc[i]);
+      off[i] += m * a.s[at];
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) y[(i0 + i) * ldy] = hsum(acc[i]) + off[i];
+}
+
+// y[m, n] over weight rows [r0, r1): each weight row against all rows of x, kMaxRows at a time.
+template <class Acts, void (*Dot1)(const uint8_t*, const Acts&, int64_t, float*, int64_t),
+          void (*Dot2)(const uint8_t*, const Acts&, int64_t, float*, int64_t),
+          void (*Dot3)(const uint8_t*, const Acts&, int64_t, float*, int64_t),
+          void (*Dot4)(const uint8_t*, const Acts&, int64_t, float*, int64_t)>
+void rows_range(const WeightMatrix& w, const Acts& a, int64_t r0, int64_t r1, float* y) {
+  const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* wrow = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(r) * stride;
+    if (r + 2 < r1) _mm_prefetch(reinterpret_cast<const char*>(wrow + 2 * stride), _MM_HINT_T0);
+    int64_t i = 0;
+    for (; i + 4 <= a.m; i += 4) Dot4(wrow, a, i, y + r, w.rows);
+    switch (a.m - i) {
+      case 3:
+        Dot3(wrow, a, i, y + r, w.rows);
+        break;
+      case 2:
+        Dot2(wrow, a, i, y + r, w.rows);
+        break;
+      case 1:
+        Dot1(wrow, a, i, y + r, w.rows);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+template <class U>
+void matmul_k(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
+  static thread_local QuantizedRowsK buffer;  // reused across calls of this thread
+  QuantizedRowsK& acts = buffer;              // the workers see this thread's instance
+  acts.resize(m, w.cols);
+  pool.parallel_for(m, grain_for(m, m * w.cols * 8, pool.size(), 4),
+                    [&](int, int64_t i0, int64_t i1) {
+                      for (int64_t i = i0; i < i1; ++i) quantize_row_k_avx2(x, i, acts);
+                    });
+  pool.parallel_for(w.rows, grain_for(w.rows, m * w.rows * w.cols, pool.size(), 4),
+                    [&](int, int64_t r0, int64_t r1) {
+                      rows_range<QuantizedRowsK, row_dot_k<U, 1>, row_dot_k<U, 2>,
+                                 row_dot_k<U, 3>, row_dot_k<U, 4>>(w, acts, r0, r1, y);
+                    });
+}
+
+template <class U>
+void matmul_32(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
+  static thread_local QuantizedRows buffer;
+  QuantizedRows& acts = buffer;
+  acts.resize(m, w.cols);
+  pool.parallel_for(m, grain_for(m, m * w.cols * 8, pool.size(), 4),
+                    [&](int, int64_t i0, int64_t i1) {
+                      for (int64_t i = i0; i < i1; ++i) quantize_row_q8_ggml_avx2(x, i, acts);
+                    });
+  pool.parallel_for(w.rows, grain_for(w.rows, m * w.rows * w.cols, pool.size(), 4),
+                    [&](int, int64_t r0, int64_t r1) {
+                      rows_range<QuantizedRows, row_dot_32<U, 1>, row_dot_32<U, 2>,
+                                 row_dot_32<U, 3>, row_dot_32<U, 4>>(w, acts, r0, r1, y);
+                    });
+}
+
+}  // namespace
+
+void matmul_blocks_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                        float* y) {
+  switch (w.dtype) {
+    case DType::Q2_K:
+      return matmul_k<UQ2_K>(pool, x, m, w, y);
+    case DType::Q3_K:
+      return matmul_k<UQ3_K>(pool, x, m, w, y);
+    case DType::Q4_K:
+      return matmul_k<UQ4_K>(pool, x, m, w, y);
+    case DType::Q5_K:
+      return matmul_k<UQ5_K>(pool, x, m, w, y);
+    case DType::Q6_K:
+      return matmul_k<UQ6_K>(pool, x, m, w, y);
+    case DType::IQ4_XS:
+      return matmul_k<UIQ4_XS>(pool, x, m, w, y);
+    case DType::Q4_1:
+      return matmul_32<UQ4_1>(pool, x, m, w, y);
+    case DType::Q5_0:
+      return matmul_32<UQ5_0>(pool, x, m, w, y);
+    case DType::Q5_1:
+      return matmul_32<UQ5_1>(pool, x, m, w, y);
+    case DType::IQ4_NL:
+      return matmul_32<UIQ4_NL>(pool, x, m, w, y);
+    default:
+      return;  // matmul() routes only the types above here
+  }
+}
+
+// Same float operations as quantize_row_q8_ggml_scalar.
+void quantize_row_q8_ggml_avx2(const float* x, int64_t i, QuantizedRows& out) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < out.nb; ++b) {
+    const float* xb = x + i * out.k + b * kQBlock;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(xb + 8 * j);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+    }
+    const float max = hmax(amax);
+    const float d = max / 127.0f;
+    const __m256 id = _mm256_set1_ps(max != 0.0f ? 127.0f / max : 0.0f);
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id));
+    const int32_t sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
+                                                    _mm256_add_epi32(q[2], q[3])));
+    __m256i q8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    q8 = _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + i * out.k + b * kQBlock), q8);
+    const size_t at = static_cast<size_t>(i * out.nb + b);
+    out.d[at] = f16(static_cast<uint16_t>(_mm_cvtsi128_si32(_mm_cvtps_ph(_mm_set_ss(d), 0))));
+    out.sum[at] = sum;
+    out.s[at] = f16(static_cast<uint16_t>(
+        _mm_cvtsi128_si32(_mm_cvtps_ph(_mm_set_ss(d * static_cast<float>(sum)), 0))));
+  }
+}
+
+}  // namespace efim::cpu::detail
+
+namespace efim::cpu {
+
+// Same float operations as quantize_row_k_scalar: q = round(iscale * x) (the scale search is
+// shared), then the sums of each 16 quants.
+void quantize_row_k_avx2(const float* x, int64_t i, QuantizedRowsK& out) {
+  for (int64_t s = 0; s < out.ns; ++s) {
+    const float* xs = x + i * out.k + s * kQKBlock;
+    const float iscale = q8k_inverse_scale(xs);
+    const __m256 is = _mm256_set1_ps(iscale);
+    int8_t* q = out.q.data() + i * out.k + s * kQKBlock;
+    int16_t* bsum = out.bsum.data() + (i * out.ns + s) * 16;
+    for (int g = 0; g < kQKBlock; g += 32) {
+      __m256i v[4];
+      for (int j = 0; j < 4; ++j)  // cvtps rounds to nearest even (default MXCSR); |q| <= 127
+        v[j] = _mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(xs + g + 8 * j)));
+      // Sums of each 16: lanes of v[0] + v[1] and of v[2] + v[3].
+      bsum[g / 16] = static_cast<int16_t>(hsum_epi32(_mm256_add_epi32(v[0], v[1])));
+      bsum[g / 16 + 1] = static_cast<int16_t>(hsum_epi32(_mm256_add_epi32(v[2], v[3])));
+      const __m256i q16a = _mm256_packs_epi32(v[0], v[1]);
+      const __m256i q16b = _mm256_packs_epi32(v[2], v[3]);
+      __m256i q8 = _mm256_packs_epi16(q16a, q16b);
+      q8 = _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g), q8);
+    }
+    out.d[static_cast<size_t>(i * out.ns + s)] = iscale != 0.0f ? 1.0f / iscale : 0.0f;
+  }
+}
+
+}  // namespace efim::cpu
+
+#pragma GCC pop_options

@@ -1,0 +1,15 @@
+// Shared between the files of tensor/: not part of its interface.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace efim {
+
+// Dequantizes n elements of the block types in quant_blocks.cpp (Q4_1, Q5_0, Q5_1, IQ4_NL,
+// Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS); false for any other dtype. n is whole blocks (checked by
+// the caller).
+bool dequantize_more_blocks(const void* in, int64_t n, DType t, float* out);
+
+}  // namespace efim

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The GGUF files users download: llama.cpp's own quantizer (llama_model_quantize, through
+# .deps/bin/llama_ref) writes each file type, efim loads it, and its logits agree with
+# llama.cpp's on the same file.
+#   tiny256: a random llama whose widths are multiples of 256 (every tensor gets the K-quant or
+#            IQ4_XS type itself, no fallbacks); one- and two-token prompts (llama.cpp's per-row
+#            path, whose activations efim quantizes bit for bit as ggml does) within 1e-4, and a
+#            28-token prompt within a fraction of the logits' spread.
+#   efim-base-py: the bundled Q8_0 file requantized (hidden 384: llama.cpp falls back to Q5_0,
+#            Q5_1, IQ4_NL, Q4_0 or Q8_0 on its 384-wide tensors); a 104-token prompt within a
+#            fraction of the spread, and the first 16 greedy tokens equal (or, where they part,
+#            llama.cpp's own two candidates within 0.15 of each other: a near tie).
+# Also checks that each file holds the types it is meant to test.
+# usage: llama_cpp_quant_parity.sh EFIM_BINARY
+set -euo pipefail
+EFIM=$1
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+PY=/usr/bin/python3
+REF=$ROOT/.deps/bin/llama_ref
+[ -x "$REF" ] || { echo "FAIL: $REF missing (run make deps)"; exit 1; }
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# compare LABEL GGUF VOCAB IDS TOLERANCE MAX_ARGMAX_MISMATCH
+compare() {
+  local label=$1 gguf=$2 vocab=$3 ids=$4 tol=$5 mism=$6
+  "$EFIM" logits "$gguf" --tokens "$ids" --all --out "$WORK/efim.f32" -t 2 >/dev/null
+  "$REF" logits "$gguf" --tokens "$ids" --all --out "$WORK/ref.f32" --threads 2 >/dev/null 2>&1
+  "$PY" "$ROOT/scripts/compare_logits.py" "$WORK/efim.f32" "$WORK/ref.f32" --vocab "$vocab" \
+    $tol --max-argmax-mismatch "$mism" --label "$label" || failures=$((failures + 1))
+}
+
+# expect_types GGUF TYPE... : efim inspect lists every TYPE among the file's parameters.
+expect_types() {
+  local gguf=$1; shift
+  local line
+  line=$("$EFIM" inspect "$gguf" | grep '^parameters:')
+  for t in "$@"; do
+    case "$line" in *" $t "*) ;; *) fail "$(basename "$gguf") lacks $t tensors: $line" ;; esac
+  done
+}
+
+# greedy LABEL GGUF IDS: 16 greedy tokens equal, or a near tie where they part.
+greedy() {
+  local label=$1 gguf=$2 ids=$3
+  local a b
+  a=$("$EFIM" generate "$gguf" --prompt-ids "$ids" -n 16 --ids --ignore-eos -t 2 2>/dev/null)
+  b=$("$REF" greedy "$gguf" --tokens "$ids" --n 16 --threads 2 2>/dev/null)
+  if [ "$a" = "$b" ]; then echo "$label greedy: 16 tokens identical -> ok"; return; fi
+  read -r -a ea <<<"$a"
+  read -r -a eb <<<"$b"
+  local p=0 prefix=""
+  while [ "${ea[$p]}" = "${eb[$p]}" ]; do prefix="$prefix ${ea[$p]}"; p=$((p + 1)); done
+  "$REF" logits "$gguf" --tokens "$ids$prefix" --out "$WORK/tie.f32" --threads 2 >/dev/null 2>&1
+  if "$PY" - "$WORK/tie.f32" "${ea[$p]}" "${eb[$p]}" "$p" <<'EOF'; then
+import sys
+import numpy as np
+l = np.fromfile(sys.argv[1], dtype=np.float32)
+a, b = int(sys.argv[2]), int(sys.argv[3])
+gap = abs(float(l[a]) - float(l[b]))
+print(f"  token {sys.argv[4]}: efim {a} / llama.cpp {b}, llama.cpp logits {l[a]:.4f} / {l[b]:.4f}")
+sys.exit(0 if gap <= 0.15 else 1)
+EOF
+    echo "$label greedy: equal for $p tokens, then a near tie (gap <= 0.15) -> ok"
+  else
+    fail "$label greedy parts at token $p without a near tie"
+    echo "  efim:      $a"; echo "  llama.cpp: $b"
+  fi
+}
+
+FTYPES=(Q4_K_M Q5_K_M Q6_K Q4_0 Q5_0 Q4_1 Q5_1 IQ4_NL IQ4_XS Q3_K_M Q2_K)
+# The ggml types each file type must contribute on the 256-wide model.
+declare -A TYPES256=([Q4_K_M]="q4_k q6_k" [Q5_K_M]="q5_k q6_k" [Q6_K]="q6_k" [Q4_0]="q4_0"
+  [Q5_0]="q5_0" [Q4_1]="q4_1" [Q5_1]="q5_1" [IQ4_NL]="iq4_nl" [IQ4_XS]="iq4_xs"
+  [Q3_K_M]="q3_k q4_k q5_k" [Q2_K]="q2_k q3_k")
+
+"$PY" "$ROOT/scripts/make_tiny_tokenizer.py" "$WORK/tok300.json" --vocab 300
+"$PY" "$ROOT/scripts/make_tiny_model.py" "$WORK/t256" --kind llama256 >/dev/null
+cp "$WORK/tok300.json" "$WORK/t256/tokenizer.json"
+"$EFIM" convert "$WORK/t256" -o "$WORK/t256-f32.gguf" --dtype f32 >/dev/null
+IDS28="5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32"
+for ft in "${FTYPES[@]}"; do
+  out=$WORK/t256-$ft.gguf
+  "$REF" quantize "$WORK/t256-f32.gguf" "$out" "$ft" >/dev/null 2>&1 || { fail "llama_model_quantize $ft"; continue; }
+  read -r -a want <<<"${TYPES256[$ft]}"
+  expect_types "$out" "${want[@]}"
+  # Q4_0 keeps efim's own activation scales (f32, not f16): not bit-equal to llama.cpp.
+  if [ "$ft" = Q4_0 ]; then short="--std-tol 0.1"; else short="--atol 1e-4"; fi
+  compare "tiny256 $ft, 1 token" "$out" 300 "5" "$short" 0
+  compare "tiny256 $ft, 2 tokens" "$out" 300 "5 6" "$short" 0
+  compare "tiny256 $ft, 28 tokens" "$out" 300 "$IDS28" "--std-tol 0.1" 1
+done
+
+BASE_Q8=$ROOT/models/efim-base-py-q8_0.gguf
+IDS=$("$EFIM" tokenize "$BASE_Q8" --text-file "$ROOT/tests/cli/data/prompt.py" 2>/dev/null)
+for ft in "${FTYPES[@]}"; do
+  out=$WORK/base-$ft.gguf
+  "$REF" quantize "$BASE_Q8" "$out" "$ft" --allow-requantize >/dev/null 2>&1 ||
+    { fail "llama_model_quantize efim-base-py $ft"; continue; }
+  compare "efim-base-py $ft, 104 tokens" "$out" 16384 "$IDS" "--std-tol 0.25" 3
+  greedy "efim-base-py $ft" "$out" "$IDS"
+done
+expect_types "$WORK/base-Q4_K_M.gguf" q4_k q5_0 q6_k q8_0
+expect_types "$WORK/base-Q5_K_M.gguf" q5_k q5_1 q6_k
+expect_types "$WORK/base-IQ4_XS.gguf" iq4_xs iq4_nl
+
+if [ $failures -ne 0 ]; then echo "llama.cpp quant parity: $failures check(s) failed"; exit 1; fi
+echo "llama.cpp quant parity: all checks passed"
