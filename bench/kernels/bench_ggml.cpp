@@ -6,7 +6,7 @@
 // (no load-time repacking: llama.cpp repacks Q4_0 into interleaved rows on AVX2 by default,
 // which this comparison does not cover). Both sides are timed alternately with wall clocks;
 // the minimum over repetitions is reported (robust to other jobs on the machine).
-//   efim_bench_ggml [--threads N] [--dtypes bf16,q8_0,q4_0]
+//   efim_bench_ggml [--threads N] [--dtypes bf16,q8_0,q4_k,...]  (EFIM_GGML_CPU=zen4: that ggml build)
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "base/error.h"
+#include "format/gguf.h"
 #include "tensor/quant.h"
 
 namespace {
@@ -58,6 +59,7 @@ struct Ggml {
   void (*cpu_init)();
   GgmlThreadpoolParams (*threadpool_params_default)(int);
   void* (*threadpool_new)(GgmlThreadpoolParams*);
+  size_t (*quantize_chunk)(int, const float*, void*, int64_t, int64_t, int64_t, const float*);
 };
 
 template <typename F>
@@ -72,10 +74,15 @@ Ggml load_ggml() {
                           "/.deps/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/";
   void* base = dlopen((dir + "libggml-base.so").c_str(), RTLD_NOW | RTLD_GLOBAL);
   EFIM_CHECK(base != nullptr, "cannot load ggml (run scripts/deps.sh): ", dlerror());
-  void* cpu = dlopen((dir + "libggml-cpu-haswell.so").c_str(), RTLD_NOW | RTLD_GLOBAL);
-  EFIM_CHECK(cpu != nullptr, "cannot load ggml-cpu-haswell: ", dlerror());
+  // The AVX2 build by default (what efim's AVX2 kernels compare with); EFIM_GGML_CPU picks
+  // another, e.g. zen4 or skylakex.
+  const char* variant = std::getenv("EFIM_GGML_CPU");
+  const std::string cpu_lib = "libggml-cpu-" + std::string(variant ? variant : "haswell") + ".so";
+  void* cpu = dlopen((dir + cpu_lib).c_str(), RTLD_NOW | RTLD_GLOBAL);
+  EFIM_CHECK(cpu != nullptr, "cannot load ", cpu_lib, ": ", dlerror());
   Ggml g{};
   bind(base, "ggml_init", g.init);
+  bind(base, "ggml_quantize_chunk", g.quantize_chunk);
   bind(base, "ggml_free", g.free);
   bind(base, "ggml_new_tensor_2d", g.new_tensor_2d);
   bind(base, "ggml_get_data", g.get_data);
@@ -91,22 +98,7 @@ Ggml load_ggml() {
   return g;
 }
 
-int ggml_type_of(efim::DType t) {
-  switch (t) {
-    case efim::DType::F32:
-      return 0;
-    case efim::DType::F16:
-      return 1;
-    case efim::DType::Q4_0:
-      return 2;
-    case efim::DType::Q8_0:
-      return 8;
-    case efim::DType::BF16:
-      return 30;
-    default:
-      efim::fail("no ggml type for ", efim::dtype_name(t));
-  }
-}
+int ggml_type_of(efim::DType t) { return static_cast<int>(efim::ggml_type_id(t)); }
 
 struct Shape {
   int64_t m, k, n;
@@ -123,7 +115,15 @@ void compare(const Ggml& g, void* threadpool, efim::ThreadPool& pool, int thread
   std::vector<float> wf(static_cast<size_t>(s.n * s.k)), x(static_cast<size_t>(s.m * s.k));
   for (auto& v : wf) v = 0.02f * normal(rng);
   for (auto& v : x) v = normal(rng);
-  const auto wbytes = efim::quantize(wf.data(), s.n * s.k, t);
+  // efim's quantizers where it has them (f32, f16, bf16, q8_0, q4_0), ggml's for the others.
+  std::vector<uint8_t> wbytes;
+  const bool ours = !efim::is_quantized(t) || t == efim::DType::Q8_0 || t == efim::DType::Q4_0;
+  if (ours) {
+    wbytes = efim::quantize(wf.data(), s.n * s.k, t);
+  } else {
+    wbytes.resize(s.n * efim::dtype_row_bytes(t, static_cast<uint64_t>(s.k)));
+    g.quantize_chunk(ggml_type_of(t), wf.data(), wbytes.data(), 0, s.n, s.k, nullptr);
+  }
 
   GgmlInitParams ip{wbytes.size() + x.size() * 4 + static_cast<size_t>(s.m * s.n) * 4 + (1 << 20),
                     nullptr, false};
@@ -206,7 +206,8 @@ int main(int argc, char** argv) {
     const Shape shapes[] = {{256, 768, 2048}, {64, 768, 2048}, {256, 2048, 768}, {256, 384, 1024},
                             {1, 768, 2048},   {1, 2048, 768},  {1, 768, 32000},  {1, 384, 1024}};
     for (efim::DType t : dtypes)
-      for (const Shape& s : shapes) compare(g, tp, pool, threads, t, s);
+      for (const Shape& s : shapes)
+        if (s.k % efim::dtype_info(t).block_elems == 0) compare(g, tp, pool, threads, t, s);
     return 0;
   } catch (const efim::Error& e) {
     std::fprintf(stderr, "efim_bench_ggml: %s\n", e.what());

@@ -5,7 +5,7 @@
 // Times are medians over repeated calls: wall time, or with --cpu-time the process CPU time per
 // call divided by the thread count (what the wall time would be on an idle machine with
 // balanced threads; use it when other jobs share the cores). Usage:
-//   efim_bench_kernels [--threads N] [--variants avx2,scalar] [--dtypes f32,bf16,...] [--quick]
+//   efim_bench_kernels [--threads N] [--variants avx2,scalar] [--dtypes f32,q4_k,...] [--quick]
 //                      [--cpu-time] [--only prefill|decode]
 #include <algorithm>
 #include <chrono>
@@ -119,6 +119,13 @@ Options parse(int argc, char** argv) {
 
 std::vector<uint8_t> random_weights(int64_t n, int64_t k, DType t, uint32_t seed) {
   std::mt19937 rng(seed);
+  if (efim::is_quantized(t) && t != DType::Q8_0 && t != DType::Q4_0) {
+    // No quantizer for the K / I types here: random blocks (the int8 kernels' speed does not
+    // depend on the values).
+    std::vector<uint8_t> bytes(n * efim::dtype_row_bytes(t, static_cast<uint64_t>(k)));
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    return bytes;
+  }
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::vector<float> w(static_cast<size_t>(n * k));
   for (auto& v : w) v = normal(rng);

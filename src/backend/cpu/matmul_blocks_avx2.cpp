@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/quant_int.h"
@@ -33,7 +34,8 @@ namespace efim::cpu::detail {
 
 namespace {
 
-constexpr int kMaxRows = 4;  // rows of x per pass over a weight row
+constexpr int kMaxRows = 4;       // rows of x per pass over a weight row
+constexpr int kPrefetchRows = 4;  // weight rows fetched ahead
 
 inline float f16(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 
@@ -55,34 +57,61 @@ inline __m256i iq4_table() {
   return _mm256_set_m128i(t, t);
 }
 
-// Scales and mins of one super-block, as int16, plus its two float super-scales.
+// Scales and mins of one super-block: 16 int16 lanes each (sub-block j of 16 elements in lane
+// j; the 32-element sub-blocks of Q4_K, Q5_K and IQ4_XS fill two lanes), and the two float
+// super-scales.
 struct Scales {
-  alignas(32) int16_t sc[16];
-  alignas(32) int16_t mn[16];
+  __m256i sc, mn;
   float d, dmin;
 };
 
-void k4_scales(const uint8_t scales[12], Scales& s) {
-  for (int j = 0; j < 8; ++j) {
-    uint8_t sc, mn;
-    q4k_scale_min(scales, j, &sc, &mn);
-    s.sc[2 * j] = s.sc[2 * j + 1] = sc;
-    s.mn[2 * j] = s.mn[2 * j + 1] = mn;
-  }
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
 }
 
-// ---- per-type unpackers: prepare(block, scales); chunk(block, c) = 32 quants ----
+// 8 bytes (two little-endian words) -> 16 int16 lanes, each byte twice: [b0 b0 b1 b1 ...].
+inline __m256i bytes_twice(uint32_t lo, uint32_t hi) {
+  const __m128i v = _mm_set_epi32(0, 0, static_cast<int>(hi), static_cast<int>(lo));
+  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v));
+}
+
+// Q4_K / Q5_K: 8 6-bit scales and mins from 12 bytes (words w0, w1, w2): sub-blocks 0..3 are the
+// low 6 bits of w0 (scales) and w1 (mins); sub-blocks 4..7 take their low 4 bits from the nibbles
+// of w2 (scale low, min high) and their top 2 bits from the top bits of w0 and w1.
+inline void k4_scales(const uint8_t scales[12], Scales& s) {
+  const uint32_t w0 = load_u32(scales), w1 = load_u32(scales + 4), w2 = load_u32(scales + 8);
+  const uint32_t sc_lo = w0 & 0x3f3f3f3f, mn_lo = w1 & 0x3f3f3f3f;
+  const uint32_t sc_hi = (w2 & 0x0f0f0f0f) | (((w0 >> 6) & 0x03030303) << 4);
+  const uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0f) | (((w1 >> 6) & 0x03030303) << 4);
+  s.sc = bytes_twice(sc_lo, sc_hi);
+  s.mn = bytes_twice(mn_lo, mn_hi);
+}
+
+// The scale of chunk c (elements 32c..32c+31): sub-block 2c in int16 lanes 0..7, 2c + 1 in
+// lanes 8..15. Dword c of sc holds that pair (with 32-element sub-blocks both halves are equal);
+// it is broadcast by two shuffles with immediate controls (no index vectors to keep live).
+template <bool kSub16, int C>
+inline __m256i chunk_scale(__m256i sc) {
+  const __m256i half = _mm256_permute2x128_si256(sc, sc, C / 4 ? 0x11 : 0x00);
+  const __m256i pair = _mm256_shuffle_epi32(half, (C % 4) * 0x55);
+  if constexpr (!kSub16) return pair;
+  const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
+                                        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  return _mm256_shuffle_epi8(pair, pick);
+}
+
+// ---- per-type unpackers: prepare(block) = scales; chunk(block, c) = 32 quants ----
 
 struct UQ2_K {
   using Block = BlockQ2_K;
-  static constexpr bool kSigned = false, kMins = true;
-  static void prepare(const Block& b, Scales& s) {
-    s.d = f16(b.d);
-    s.dmin = f16(b.dmin);
-    for (int j = 0; j < 16; ++j) {
-      s.sc[j] = b.scales[j] & 15;
-      s.mn[j] = b.scales[j] >> 4;
-    }
+  static constexpr bool kSigned = false, kMins = true, kSub16 = true;
+  static Scales prepare(const Block& b) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    return {_mm256_cvtepu8_epi16(_mm_and_si128(v, m4)),
+            _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4)), f16(b.d), f16(b.dmin)};
   }
   static __m256i chunk(const Block& b, int c) {
     return byte_bits(load32(b.qs + 32 * (c / 4)), 2 * (c % 4), 3);
@@ -91,13 +120,19 @@ struct UQ2_K {
 
 struct UQ3_K {
   using Block = BlockQ3_K;
-  static constexpr bool kSigned = false, kMins = true;
-  static void prepare(const Block& b, Scales& s) {
-    s.d = s.dmin = f16(b.d);
-    for (int j = 0; j < 16; ++j) {
-      s.sc[j] = static_cast<int16_t>(q3k_scale(b.scales, j) - 32);
-      s.mn[j] = static_cast<int16_t>(4 * s.sc[j]);
-    }
+  static constexpr bool kSigned = false, kMins = true, kSub16 = true;
+  // 16 6-bit scales: low 4 bits in the nibbles of words w0, w1 (j < 8 low nibbles, j >= 8
+  // high), top 2 bits in bit pair j / 4 of byte j % 4 of w2.
+  static Scales prepare(const Block& b) {
+    const uint32_t w0 = load_u32(b.scales), w1 = load_u32(b.scales + 4), w2 = load_u32(b.scales + 8);
+    const uint32_t m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    const __m128i v = _mm_set_epi32(static_cast<int>(((w1 >> 4) & m4) | (((w2 >> 6) & m2) << 4)),
+                                    static_cast<int>(((w0 >> 4) & m4) | (((w2 >> 4) & m2) << 4)),
+                                    static_cast<int>((w1 & m4) | (((w2 >> 2) & m2) << 4)),
+                                    static_cast<int>((w0 & m4) | ((w2 & m2) << 4)));
+    const __m256i sc = _mm256_sub_epi16(_mm256_cvtepu8_epi16(v), _mm256_set1_epi16(32));
+    const float d = f16(b.d);
+    return {sc, _mm256_slli_epi16(sc, 2), d, d};
   }
   static __m256i chunk(const Block& b, int c) {
     const __m256i low = byte_bits(load32(b.qs + 32 * (c / 4)), 2 * (c % 4), 3);
@@ -108,11 +143,13 @@ struct UQ3_K {
 
 struct UQ4_K {
   using Block = BlockQ4_K;
-  static constexpr bool kSigned = false, kMins = true;
-  static void prepare(const Block& b, Scales& s) {
+  static constexpr bool kSigned = false, kMins = true, kSub16 = false;
+  static Scales prepare(const Block& b) {
+    Scales s;
+    k4_scales(b.scales, s);
     s.d = f16(b.d);
     s.dmin = f16(b.dmin);
-    k4_scales(b.scales, s);
+    return s;
   }
   static __m256i chunk(const Block& b, int c) {
     const __m256i v = load32(b.qs + 32 * (c / 2));
@@ -122,11 +159,13 @@ struct UQ4_K {
 
 struct UQ5_K {
   using Block = BlockQ5_K;
-  static constexpr bool kSigned = false, kMins = true;
-  static void prepare(const Block& b, Scales& s) {
+  static constexpr bool kSigned = false, kMins = true, kSub16 = false;
+  static Scales prepare(const Block& b) {
+    Scales s;
+    k4_scales(b.scales, s);
     s.d = f16(b.d);
     s.dmin = f16(b.dmin);
-    k4_scales(b.scales, s);
+    return s;
   }
   static __m256i chunk(const Block& b, int c) {
     const __m256i v = load32(b.qs + 32 * (c / 2));
@@ -137,13 +176,12 @@ struct UQ5_K {
 
 struct UQ6_K {
   using Block = BlockQ6_K;
-  static constexpr bool kSigned = false, kMins = true;
-  static void prepare(const Block& b, Scales& s) {
-    s.d = s.dmin = f16(b.d);
-    for (int j = 0; j < 16; ++j) {
-      s.sc[j] = b.scales[j];
-      s.mn[j] = static_cast<int16_t>(32 * b.scales[j]);
-    }
+  static constexpr bool kSigned = false, kMins = true, kSub16 = true;
+  static Scales prepare(const Block& b) {
+    const __m256i sc =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    const float d = f16(b.d);
+    return {sc, _mm256_slli_epi16(sc, 5), d, d};  // mins 32 sc: q - 32 with q in 0..63
   }
   static __m256i chunk(const Block& b, int c) {
     const int h = c / 4, t = c % 4;
@@ -156,16 +194,15 @@ struct UQ6_K {
 
 struct UIQ4_XS {
   using Block = BlockIQ4_XS;
-  static constexpr bool kSigned = true, kMins = false;
-  static void prepare(const Block& b, Scales& s) {
-    s.d = f16(b.d);
-    s.dmin = 0.0f;
-    for (int j = 0; j < 8; ++j) {
-      const int ls = ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) |
-                     (((b.scales_h >> (2 * j)) & 3) << 4);
-      s.sc[2 * j] = s.sc[2 * j + 1] = static_cast<int16_t>(ls - 32);
-      s.mn[2 * j] = s.mn[2 * j + 1] = 0;
-    }
+  static constexpr bool kSigned = true, kMins = false, kSub16 = false;
+  static Scales prepare(const Block& b) {
+    uint8_t ls[8];
+    for (int j = 0; j < 8; ++j)
+      ls[j] = static_cast<uint8_t>(((b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) |
+                                   (((b.scales_h >> (2 * j)) & 3) << 4));
+    const __m256i sc = _mm256_sub_epi16(bytes_twice(load_u32(ls), load_u32(ls + 4)),
+                                        _mm256_set1_epi16(32));
+    return {sc, _mm256_setzero_si256(), f16(b.d), 0.0f};
   }
   static __m256i chunk(const Block& b, int c) {
     return _mm256_shuffle_epi8(iq4_table(), unpack_q4(b.qs + 16 * c));
@@ -174,27 +211,36 @@ struct UIQ4_XS {
 
 // acc[i] += (weight super-block wb) . (super-block s of x row i0 + i), for MX rows of x, in 8
 // f32 lanes whose sum is the dot.
+// isum[i] += chunk C of the weight super-block . the same 32 activations of x row i0 + i.
+template <class U, int MX, int C>
+inline void chunk_dot(const typename U::Block& wb, const Scales& sc, const QuantizedRowsK& a,
+                      int64_t i0, int64_t s, __m256i isum[MX]) {
+  const __m256i q = U::chunk(wb, C);
+  const __m256i scv = chunk_scale<U::kSub16, C>(sc.sc);
+  const __m256i qa = U::kSigned ? _mm256_abs_epi8(q) : q;
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) {
+    __m256i x = load32(reinterpret_cast<const uint8_t*>(a.q.data() + (i0 + i) * a.k + s * kQKBlock + 32 * C));
+    if constexpr (U::kSigned) x = _mm256_sign_epi8(x, q);
+    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, x), scv));
+    // Keep the sum a chain: reassociated into a tree, its 8 partial products per row of x
+    // stay live at once and spill.
+    asm("" : "+x"(isum[i]));
+  }
+}
+
+// acc[i] += (weight super-block wb) . (super-block s of x row i0 + i), for MX rows of x, in 8
+// f32 lanes whose sum is the dot.
 template <class U, int MX>
 inline void superblock_dot(const typename U::Block& wb, const QuantizedRowsK& a, int64_t i0,
                            int64_t s, __m256 acc[MX]) {
-  Scales sc;
-  U::prepare(wb, sc);
+  const Scales sc = U::prepare(wb);
   __m256i isum[MX];
 #pragma GCC unroll 4
   for (int i = 0; i < MX; ++i) isum[i] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-  for (int c = 0; c < 8; ++c) {
-    const __m256i q = U::chunk(wb, c);
-    const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc.sc[2 * c + 1]), _mm_set1_epi16(sc.sc[2 * c]));
-    const __m256i qa = U::kSigned ? _mm256_abs_epi8(q) : q;
-#pragma GCC unroll 4
-    for (int i = 0; i < MX; ++i) {
-      __m256i x = load32(reinterpret_cast<const uint8_t*>(a.q.data() + (i0 + i) * a.k + s * kQKBlock + 32 * c));
-      if constexpr (U::kSigned) x = _mm256_sign_epi8(x, q);
-      isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, x), scv));
-    }
-  }
-  const __m256i mn = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc.mn));
+  [&]<int... C>(std::integer_sequence<int, C...>) {
+    (chunk_dot<U, MX, C>(wb, sc, a, i0, s, isum), ...);
+  }(std::make_integer_sequence<int, 8>{});
 #pragma GCC unroll 4
   for (int i = 0; i < MX; ++i) {
     const size_t at = static_cast<size_t>((i0 + i) * a.ns + s);
@@ -202,7 +248,7 @@ inline void superblock_dot(const typename U::Block& wb, const QuantizedRowsK& a,
     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(sc.d * dx), acc[i]);
     if constexpr (U::kMins) {
       const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsum.data() + at * 16));
-      acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn, bs)),
+      acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sc.mn, bs)),
                                 _mm256_set1_ps(sc.dmin * dx), acc[i]);
     }
   }
@@ -317,9 +363,14 @@ void rows_range(const WeightMatrix& w, const Acts& a, int64_t r0, int64_t r1, fl
   const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wrow = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(r) * stride;
-    if (r + 2 < r1) _mm_prefetch(reinterpret_cast<const char*>(wrow + 2 * stride), _MM_HINT_T0);
+    // Rows of a few hundred bytes defeat the hardware prefetcher (decode streams W from DRAM
+    // once per token): fetch the whole row kPrefetchRows ahead, within W.
+    if (r + kPrefetchRows < w.rows) {
+      const char* ahead = reinterpret_cast<const char*>(wrow + kPrefetchRows * stride);
+      for (uint64_t off = 0; off < stride; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+    }
     int64_t i = 0;
-    for (; i + 4 <= a.m; i += 4) Dot4(wrow, a, i, y + r, w.rows);
+    for (; i + kMaxRows <= a.m; i += kMaxRows) Dot4(wrow, a, i, y + r, w.rows);
     switch (a.m - i) {
       case 3:
         Dot3(wrow, a, i, y + r, w.rows);
@@ -431,12 +482,30 @@ void quantize_row_q8_ggml_avx2(const float* x, int64_t i, QuantizedRows& out) {
 
 namespace efim::cpu {
 
-// Same float operations as quantize_row_k_scalar: q = round(iscale * x) (the scale search is
-// shared), then the sums of each 16 quants.
+// Same float operations as quantize_row_k_scalar: iscale = -127 / (first value of largest
+// magnitude), q = round(iscale * x), then the sums of each 16 quants.
 void quantize_row_k_avx2(const float* x, int64_t i, QuantizedRowsK& out) {
   for (int64_t s = 0; s < out.ns; ++s) {
     const float* xs = x + i * out.k + s * kQKBlock;
-    const float iscale = q8k_inverse_scale(xs);
+    // The scale search of q8k_inverse_scale: amax by vectors, then the first element of that
+    // magnitude gives the sign.
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 amax8 = _mm256_setzero_ps();
+    for (int j = 0; j < kQKBlock; j += 8)
+      amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, _mm256_loadu_ps(xs + j)));
+    const float amax = hmax(amax8);
+    float iscale = 0.0f;
+    if (amax != 0.0f) {
+      const __m256 target = _mm256_set1_ps(amax);
+      for (int j = 0; j < kQKBlock; j += 8) {
+        const int hit = _mm256_movemask_ps(
+            _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xs + j)), target, _CMP_EQ_OQ));
+        if (hit != 0) {
+          iscale = -127.0f / xs[j + __builtin_ctz(static_cast<unsigned>(hit))];
+          break;
+        }
+      }
+    }
     const __m256 is = _mm256_set1_ps(iscale);
     int8_t* q = out.q.data() + i * out.k + s * kQKBlock;
     int16_t* bsum = out.bsum.data() + (i * out.ns + s) * 16;
