@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes tiny random Llama-family checkpoints in Hugging Face layout, for parity tests.
 
-Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2} [--dtype {f32,bf16}] [--seed N]
+Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3} [--dtype {f32,bf16}] [--seed N]
        [--shards N]
 
   llama: GQA (4 heads, 2 KV heads, head dim 16), llama3 RoPE scaling chosen so that the
@@ -9,6 +9,8 @@ Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2} [--dtype {f32,bf
   llama256: every matrix width a multiple of 256 (hidden 256, ffn 512, head dim 64), so that
          llama.cpp's quantizer uses its K-quant and IQ4_XS types everywhere (no fallbacks).
   qwen2: q/k/v biases, tied input/output embeddings, GQA.
+  qwen3: per-head q/k RMSNorm, head_dim 32 independent of hidden 64 (q_dim 128), no biases,
+         tied embeddings, GQA.
 
 Weights are drawn from a seeded numpy generator (float64), then stored as f32 or bf16 (round to
 nearest even). Only numpy and the standard library are used.
@@ -39,6 +41,13 @@ KINDS = {
         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
         attention_bias=False, mlp_bias=False, bos_token_id=1, eos_token_id=2,
     ),
+    "qwen3": dict(
+        architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_act="silu",
+        vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, intermediate_size=96, max_position_embeddings=256,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, attention_bias=False,
+        use_sliding_window=False, bos_token_id=None, eos_token_id=[5, 7],
+    ),
     "qwen2": dict(
         architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
         vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -60,7 +69,7 @@ def make_tensors(cfg, rng):
     """Returns {hf_name: float64 array} for a random model with config cfg."""
     h, inter = cfg["hidden_size"], cfg["intermediate_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    hd = h // nh
+    hd = cfg.get("head_dim") or h // nh
     vocab = cfg["vocab_size"]
     qwen = cfg["model_type"] == "qwen2"
 
@@ -78,6 +87,9 @@ def make_tensors(cfg, rng):
         t[p + "self_attn.k_proj.weight"] = 2.0 * mat(nkv * hd, h)
         t[p + "self_attn.v_proj.weight"] = mat(nkv * hd, h)
         t[p + "self_attn.o_proj.weight"] = mat(h, nh * hd)
+        if cfg["model_type"] == "qwen3":
+            t[p + "self_attn.q_norm.weight"] = norm(hd)
+            t[p + "self_attn.k_norm.weight"] = norm(hd)
         if qwen:
             t[p + "self_attn.q_proj.bias"] = 0.5 * rng.standard_normal(nh * hd)
             t[p + "self_attn.k_proj.bias"] = 0.5 * rng.standard_normal(nkv * hd)

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""Reference forward pass of a Llama / Qwen2 checkpoint in Hugging Face layout, in numpy.
+"""Reference forward pass of a Llama / Qwen2 / Qwen3 checkpoint in Hugging Face layout, in numpy.
 
-Written from the maths of Hugging Face's modeling_llama / modeling_qwen2 (rotate-half RoPE,
-grouped-query attention, SwiGLU MLP, RMSNorm), independent of efim's C++ code: it is the oracle
-the C++ forward pass is tested against.
+Written from the maths of Hugging Face's modeling_llama / modeling_qwen2 / modeling_qwen3
+(rotate-half RoPE, grouped-query attention, SwiGLU MLP, RMSNorm; Qwen3's per-head RMSNorm of q
+and k before RoPE), independent of efim's C++ code: it is the oracle the C++ forward pass is
+tested against.
 
 Usage: ref_forward.py MODEL_DIR --tokens 1,2,3 [--precision float64|float32] --out logits.bin
 Writes logits for every position, shape [n_tokens, vocab], as raw little-endian float32 (.bin)
@@ -104,6 +105,7 @@ def forward(cfg, w, tokens, dt):
     eps = cfg["rms_norm_eps"]
     n = len(tokens)
     qwen = cfg["model_type"] == "qwen2"
+    qk_norm = cfg["model_type"] == "qwen3"
     bias = qwen or cfg.get("attention_bias", False)
 
     def W(name):
@@ -126,6 +128,9 @@ def forward(cfg, w, tokens, dt):
         q = linear(xn, p + "self_attn.q_proj", bias).reshape(n, nh, hd).transpose(1, 0, 2)
         k = linear(xn, p + "self_attn.k_proj", bias).reshape(n, nkv, hd).transpose(1, 0, 2)
         v = linear(xn, p + "self_attn.v_proj", bias).reshape(n, nkv, hd).transpose(1, 0, 2)
+        if qk_norm:  # over each head's hd values, before RoPE
+            q = rms_norm(q, W(p + "self_attn.q_norm.weight"), eps)
+            k = rms_norm(k, W(p + "self_attn.k_norm.weight"), eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         rep = nh // nkv  # query head j reads KV head j // rep
@@ -155,7 +160,7 @@ def main():
 
     with open(os.path.join(args.model_dir, "config.json")) as f:
         cfg = json.load(f)
-    if cfg["model_type"] not in ("llama", "qwen2"):
+    if cfg["model_type"] not in ("llama", "qwen2", "qwen3"):
         raise SystemExit(f"model_type {cfg['model_type']} not supported")
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
     logits = forward(cfg, read_folder(args.model_dir), tokens, np.dtype(args.precision))

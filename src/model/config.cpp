@@ -11,9 +11,34 @@
 
 namespace efim {
 
-std::string_view arch_name(ModelArch a) {
-  return a == ModelArch::Qwen2 ? "qwen2" : "llama";
+namespace {
+constexpr ArchTraits kArchs[] = {
+    // arch             name     qkv bias  qk_norm  sliding flag  GGUF RoPE
+    {ModelArch::Llama, "llama", false, false, false, RopePairing::Interleaved},
+    {ModelArch::Qwen2, "qwen2", true, false, true, RopePairing::RotateHalf},
+    {ModelArch::Qwen3, "qwen3", false, true, true, RopePairing::RotateHalf},
+};
+}  // namespace
+
+const ArchTraits& arch_traits(ModelArch a) {
+  for (const ArchTraits& t : kArchs)
+    if (t.arch == a) return t;
+  fail("arch_traits: unknown architecture code ", static_cast<int>(a));
 }
+
+const ArchTraits* find_arch(std::string_view name) {
+  for (const ArchTraits& t : kArchs)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::string arch_names() {
+  std::string out;
+  for (const ArchTraits& t : kArchs) out += (out.empty() ? "" : ", ") + std::string(t.name);
+  return out;
+}
+
+std::string_view arch_name(ModelArch a) { return arch_traits(a).name; }
 
 void ModelConfig::validate() const {
   auto positive = [](const char* field, int64_t v) {
@@ -97,7 +122,7 @@ std::string ModelConfig::summary() const {
              intermediate, ", rope theta ", rope_theta,
              rope_pairing == RopePairing::Interleaved ? " (interleaved)" : " (rotate-half)",
              tied_embeddings ? ", tied embeddings" : "", qkv_bias ? ", qkv bias" : "",
-             fragment_tokenization ? ", fragment-tokenized training" : "");
+             qk_norm ? ", q/k norm" : "", fragment_tokenization ? ", fragment-tokenized training" : "");
 }
 
 // ---------------------------------------------------------------- HF config.json
@@ -182,17 +207,18 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& labe
   JsonReader r{j, label};
   ModelConfig c;
   std::string type = r.string_or("model_type", "");
-  if (type == "llama") {
-    c.arch = ModelArch::Llama;
+  const ArchTraits* arch = find_arch(type);
+  EFIM_CHECK(arch, label, ": model_type \"", type, "\" is not supported (", arch_names(), ")");
+  c.arch = arch->arch;
+  if (arch->always_qkv_bias) {
+    c.qkv_bias = true;  // Qwen2: q/k/v biases, no output bias
+  } else {
     c.qkv_bias = c.o_bias = r.boolean_or("attention_bias", false);
-  } else if (type == "qwen2") {
-    c.arch = ModelArch::Qwen2;
-    c.qkv_bias = true;  // Qwen2 always has q/k/v biases and no output bias
+  }
+  c.qk_norm = arch->qk_norm;
+  if (arch->sliding_window_flag)
     EFIM_CHECK(!r.boolean_or("use_sliding_window", false), label,
                ": use_sliding_window = true is not supported");
-  } else {
-    fail(label, ": model_type \"", type, "\" is not supported (llama, qwen2)");
-  }
   std::string act = r.string_or("hidden_act", "silu");
   EFIM_CHECK(act == "silu", label, ": hidden_act \"", act, "\" is not supported (silu)");
   EFIM_CHECK(!r.boolean_or("mlp_bias", false), label, ": mlp_bias = true is not supported");
@@ -292,15 +318,11 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   EFIM_CHECK(a, "GGUF: missing metadata key general.architecture");
   GgufReader r{f, a->as_string()};
   ModelConfig c;
-  if (r.arch == "llama") {
-    c.arch = ModelArch::Llama;
-    c.rope_pairing = RopePairing::Interleaved;  // llama.cpp's converter permuted Q/K rows
-  } else if (r.arch == "qwen2") {
-    c.arch = ModelArch::Qwen2;
-    c.rope_pairing = RopePairing::RotateHalf;  // llama.cpp runs qwen2 with NEOX RoPE
-  } else {
-    fail("GGUF: general.architecture \"", r.arch, "\" is not supported (llama, qwen2)");
-  }
+  const ArchTraits* arch = find_arch(r.arch);
+  EFIM_CHECK(arch, "GGUF: general.architecture \"", r.arch, "\" is not supported (", arch_names(),
+             ")");
+  c.arch = arch->arch;
+  c.rope_pairing = arch->gguf_rope;
   c.hidden = r.integer("embedding_length");
   c.n_layers = r.integer("block_count");
   c.n_heads = r.integer("attention.head_count");
@@ -324,6 +346,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.tied_embeddings = !f.find("output.weight").has_value();
   c.qkv_bias = f.find("blk.0.attn_q.bias").has_value();
   c.o_bias = f.find("blk.0.attn_output.bias").has_value();
+  c.qk_norm = arch->qk_norm;
   if (const GgufValue* b = f.get("tokenizer.ggml.bos_token_id")) c.bos_token = b->as_i64();
   if (const GgufValue* e = f.get("tokenizer.ggml.eos_token_id")) c.eos_tokens = {e->as_i64()};
   if (const GgufValue* e = f.get("tokenizer.ggml.eot_token_id")) {

@@ -13,7 +13,7 @@ namespace efim {
 class GgufFile;
 class GgufWriter;
 
-enum class ModelArch { Llama, Qwen2 };
+enum class ModelArch { Llama, Qwen2, Qwen3 };
 
 // Which dimensions RoPE rotates together inside one head of size d, for frequency i < d/2:
 //   RotateHalf  (HF "rotate_half", llama.cpp NEOX): (x[i], x[i + d/2])
@@ -51,6 +51,7 @@ struct ModelConfig {
   bool tied_embeddings = false;
   bool qkv_bias = false;   // q/k/v projections have biases (qwen2; llama with attention_bias)
   bool o_bias = false;     // output projection has a bias (llama with attention_bias)
+  bool qk_norm = false;    // per-head RMSNorm of q and k (weights [head_dim]) before RoPE (qwen3)
   int64_t bos_token = -1;  // -1: none
   std::vector<int64_t> eos_tokens;  // may be empty
   // The model was trained on fragment-tokenized FIM data (efim train writes it: GGUF key
@@ -69,7 +70,25 @@ struct ModelConfig {
   std::string summary() const;
 };
 
+// What distinguishes an architecture, one row per ModelArch (config.cpp); the one forward pass
+// reads the ModelConfig flags these set.
+struct ArchTraits {
+  ModelArch arch;
+  std::string_view name;     // HF model_type and GGUF general.architecture
+  bool always_qkv_bias;      // q/k/v biases whatever config.json says (qwen2)
+  bool qk_norm;              // per-head q/k RMSNorm before RoPE (qwen3)
+  bool sliding_window_flag;  // config.json may carry use_sliding_window (must be false)
+  // RoPE pairing of the GGUF as llama.cpp's converter writes it: llama permutes the Q/K rows
+  // into interleaved pairs (llama.cpp NORM rope), the others keep rotate-half (NEOX).
+  RopePairing gguf_rope;
+};
+
 std::string_view arch_name(ModelArch a);
+const ArchTraits& arch_traits(ModelArch a);
+// The row whose name is `name`, or nullptr.
+const ArchTraits* find_arch(std::string_view name);
+// "llama, qwen2, qwen3": for error messages.
+std::string arch_names();
 
 // GGUF key of ModelConfig::fragment_tokenization (bool).
 inline constexpr const char* kGgufFragmentKey = "efim.fragment_tokenization";  // "llama", "qwen2"

@@ -36,7 +36,8 @@ struct Job {
 std::vector<Job> plan_jobs(const ModelConfig& c) {
   auto hf = WeightNaming::HF;
   auto gg = WeightNaming::GGUF;
-  const bool permute = c.arch == ModelArch::Llama;  // llama.cpp uses interleaved RoPE for llama
+  // llama.cpp runs llama with interleaved RoPE pairs: its converter permutes the Q/K rows.
+  const bool permute = arch_traits(c.arch).gguf_rope == RopePairing::Interleaved;
   std::vector<Job> jobs;
   jobs.push_back({TensorNames::embed(hf), TensorNames::embed(gg), 0, true});
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -52,6 +53,10 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
       add("q", "bias", c.n_heads);
       add("k", "bias", c.n_kv_heads);
       add("v", "bias", 0);
+    }
+    if (c.qk_norm) {  // per-head weights [head_dim]: not permuted (qwen3 keeps rotate-half)
+      add("q_norm", "weight", 0);
+      add("k_norm", "weight", 0);
     }
     add("o", "weight", 0);
     if (c.o_bias) add("o", "bias", 0);
@@ -105,8 +110,7 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
 
   ConvertResult res;
   res.config = c;
-  res.config.rope_pairing =
-      c.arch == ModelArch::Llama ? RopePairing::Interleaved : RopePairing::RotateHalf;
+  res.config.rope_pairing = arch_traits(c.arch).gguf_rope;
   GgufWriter w;
   write_gguf_metadata(c, w);
   w.set_string("general.name", fs::path(o.input_dir).filename().string());

@@ -2,6 +2,7 @@
 //
 //   x = embed[token]
 //   per layer:  h = x + Wo . attention(RoPE(Wq.rms(x) + bq), RoPE(Wk.rms(x) + bk), Wv.rms(x) + bv)
+//               (qwen3: q and k heads rms-normalised, weights q_norm / k_norm, before RoPE)
 //               x = h + Wdown . (silu(Wgate.rms(h)) * Wup.rms(h))
 //   logits = Wout . rms(x)      (Wout = embed when tied)
 //
@@ -104,6 +105,14 @@ void Model::attention_block(int64_t layer, const Batch& b, KvCache& kv) {
   for_rows(*pool_, n, [&](int64_t i) {
     float* row = &s_.qkv[i * qkv_dim];
     if (c.qkv_bias) ops::add_inplace(row, f.bqkv.data(), qkv_dim);
+    if (c.qk_norm) {  // each q head, then each k head: rms over head_dim (qwen3)
+      for (int64_t h = 0; h < c.n_heads; ++h)
+        ops::rms_norm(row + h * hd, w.q_norm.data(), hd, static_cast<float>(c.rms_eps), row + h * hd);
+      for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+        float* kh = row + q_dim + h * hd;
+        ops::rms_norm(kh, w.k_norm.data(), hd, static_cast<float>(c.rms_eps), kh);
+      }
+    }
     ops::rope_rows({row - i * qkv_dim, qkv_dim, c.n_heads + c.n_kv_heads, hd, i, i + 1,
                     c.rope_pairing},
                    s_.rope);

@@ -18,6 +18,8 @@ const std::map<std::string, std::pair<std::string, std::string>>& role_names() {
       {"k", {"self_attn.k_proj", "attn_k"}},
       {"v", {"self_attn.v_proj", "attn_v"}},
       {"o", {"self_attn.o_proj", "attn_output"}},
+      {"q_norm", {"self_attn.q_norm", "attn_q_norm"}},
+      {"k_norm", {"self_attn.k_norm", "attn_k_norm"}},
       {"gate", {"mlp.gate_proj", "ffn_gate"}},
       {"up", {"mlp.up_proj", "ffn_up"}},
       {"down", {"mlp.down_proj", "ffn_down"}},
@@ -82,6 +84,10 @@ LayerWeights bind_layer(const ModelConfig& c, const TensorSource& src, WeightNam
     l.bv = bind_vector(src, name("v", "bias"), c.kv_dim());
   }
   if (c.o_bias) l.bo = bind_vector(src, name("o", "bias"), c.hidden);
+  if (c.qk_norm) {
+    l.q_norm = bind_vector(src, name("q_norm"), c.head_dim);
+    l.k_norm = bind_vector(src, name("k_norm"), c.head_dim);
+  }
   l.w_gate = bind_matrix(src, name("gate"), c.intermediate, c.hidden);
   l.w_up = bind_matrix(src, name("up"), c.intermediate, c.hidden);
   l.w_down = bind_matrix(src, name("down"), c.hidden, c.intermediate);

@@ -23,6 +23,7 @@ struct LayerWeights {
   cpu::WeightMatrix wo;           // [hidden, q_dim]
   std::vector<float> bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim]; empty without qkv_bias
   std::vector<float> bo;          // [hidden]; empty without o_bias
+  std::vector<float> q_norm, k_norm;  // [head_dim] each; empty without qk_norm
   cpu::WeightMatrix w_gate;       // [intermediate, hidden]
   cpu::WeightMatrix w_up;         // [intermediate, hidden]
   cpu::WeightMatrix w_down;       // [hidden, intermediate]
@@ -40,7 +41,8 @@ struct TensorNames {
   static std::string embed(WeightNaming n);
   static std::string output_norm(WeightNaming n);
   static std::string output(WeightNaming n);
-  // role: one of attn_norm, ffn_norm, q, k, v, o, gate, up, down; suffix "weight" or "bias".
+  // role: one of attn_norm, ffn_norm, q, k, v, o, q_norm, k_norm, gate, up, down; suffix
+  // "weight" or "bias".
   static std::string layer(WeightNaming n, int64_t layer, const std::string& role,
                            const std::string& suffix = "weight");
 };

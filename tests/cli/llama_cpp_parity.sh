@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # efim vs llama.cpp's prebuilt library on GGUFs written by `efim convert`: logits of every prompt
 # position within a per-dtype tolerance, and the same 64 greedy tokens.
-#   tiny random llama (GQA, llama3 rope scaling, untied) and qwen2 (q/k/v biases, tied), F32
+#   tiny random llama (GQA, llama3 rope scaling, untied), qwen2 (q/k/v biases, tied) and qwen3
+#   (per-head q/k RMSNorm, head_dim 32 with hidden 64), F32
 #   and BF16; efim-base-py (when ../shared has it) in BF16 and Q8_0.
 # usage: llama_cpp_parity.sh EFIM_BINARY
 set -euo pipefail
@@ -38,7 +39,7 @@ check() {
 }
 
 "$PY" "$ROOT/scripts/make_tiny_tokenizer.py" "$WORK/tok300.json" --vocab 300
-for kind in llama qwen2; do
+for kind in llama qwen2 qwen3; do
   for dtype in f32 bf16; do
     dir=$WORK/$kind-$dtype
     "$PY" "$ROOT/scripts/make_tiny_model.py" "$dir" --kind $kind --dtype $dtype >/dev/null

@@ -74,6 +74,29 @@ TEST(ModelConfig, ParsesHfQwen2WithExplicitHeadDim) {
   EXPECT_EQ(c.eos_tokens, (std::vector<int64_t>{7}));
 }
 
+TEST(ModelConfig, ParsesHfQwen3FromTheArchitectureTable) {
+  nlohmann::json j = llama_json();
+  j["model_type"] = "qwen3";
+  j["head_dim"] = 32;  // independent of hidden / heads = 16
+  j["use_sliding_window"] = false;
+  ModelConfig c = config_from_hf_json(j, "cfg");
+  EXPECT_EQ(c.arch, ModelArch::Qwen3);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_EQ(c.q_dim(), 128);
+  EXPECT_FALSE(c.qkv_bias);  // attention_bias absent
+  EXPECT_EQ(arch_traits(ModelArch::Qwen3).gguf_rope, RopePairing::RotateHalf);
+  EXPECT_EQ(arch_name(ModelArch::Qwen3), "qwen3");
+  EXPECT_NE(c.summary().find("q/k norm"), std::string::npos) << c.summary();
+  j["use_sliding_window"] = true;
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("use_sliding_window"),
+            std::string::npos);
+  j = llama_json();
+  j["model_type"] = "gpt2";
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("(llama, qwen2, qwen3)"),
+            std::string::npos);
+}
+
 TEST(ModelConfig, HfErrorsNameFieldAndValue) {
   nlohmann::json j = llama_json();
   j.erase("hidden_size");
