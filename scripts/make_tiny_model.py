@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes tiny random Llama-family checkpoints in Hugging Face layout, for parity tests.
 
-Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3} [--dtype {f32,bf16}] [--seed N]
+Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3,starcoder2} [--dtype {f32,bf16}]
+       [--seed N]
        [--shards N]
 
   llama: GQA (4 heads, 2 KV heads, head dim 16), llama3 RoPE scaling chosen so that the
@@ -11,6 +12,8 @@ Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3} [--dtype {
   qwen2: q/k/v biases, tied input/output embeddings, GQA.
   qwen3: per-head q/k RMSNorm, head_dim 32 independent of hidden 64 (q_dim 128), no biases,
          tied embeddings, GQA.
+  starcoder2: LayerNorm with bias, tanh-GELU MLP c_fc / c_proj, biases on every linear layer,
+         tied embeddings, GQA (sliding window 4096, longer than these tests' prompts).
 
 Weights are drawn from a seeded numpy generator (float64), then stored as f32 or bf16 (round to
 nearest even). Only numpy and the standard library are used.
@@ -48,6 +51,14 @@ KINDS = {
         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, attention_bias=False,
         use_sliding_window=False, bos_token_id=None, eos_token_id=[5, 7],
     ),
+    "starcoder2": dict(
+        architectures=["Starcoder2ForCausalLM"], model_type="starcoder2",
+        hidden_act="gelu_pytorch_tanh", vocab_size=300, hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, intermediate_size=256,
+        max_position_embeddings=16384, sliding_window=4096, norm_epsilon=1e-5,
+        rope_theta=100000.0, tie_word_embeddings=True, use_bias=True, bos_token_id=0,
+        eos_token_id=0,
+    ),
     "qwen2": dict(
         architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
         vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -80,6 +91,8 @@ def make_tensors(cfg, rng):
         return 1.0 + 0.2 * rng.standard_normal(n)
 
     t = {"model.embed_tokens.weight": rng.standard_normal((vocab, h))}
+    if cfg["model_type"] == "starcoder2":
+        return starcoder2_tensors(cfg, rng, t, mat, norm)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         t[p + "input_layernorm.weight"] = norm(h)
@@ -101,6 +114,34 @@ def make_tensors(cfg, rng):
     t["model.norm.weight"] = norm(h)
     if not cfg["tie_word_embeddings"]:
         t["lm_head.weight"] = 2.0 * mat(vocab, h)
+    return t
+
+
+def starcoder2_tensors(cfg, rng, t, mat, norm):
+    """StarCoder2 layout: LayerNorm weight + bias, q/k/v/o with biases, mlp.c_fc / mlp.c_proj."""
+    h, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = h // nh
+
+    def bias(n):
+        return 0.2 * rng.standard_normal(n)
+
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        for ln in ("input_layernorm", "post_attention_layernorm"):
+            t[p + ln + ".weight"] = norm(h)
+            t[p + ln + ".bias"] = bias(h)
+        for name, rows, scale in (("q", nh * hd, 2.0), ("k", nkv * hd, 2.0), ("v", nkv * hd, 1.0)):
+            t[p + f"self_attn.{name}_proj.weight"] = scale * mat(rows, h)
+            t[p + f"self_attn.{name}_proj.bias"] = bias(rows)
+        t[p + "self_attn.o_proj.weight"] = mat(h, nh * hd)
+        t[p + "self_attn.o_proj.bias"] = bias(h)
+        t[p + "mlp.c_fc.weight"] = 2.0 * mat(inter, h)
+        t[p + "mlp.c_fc.bias"] = bias(inter)
+        t[p + "mlp.c_proj.weight"] = mat(h, inter)
+        t[p + "mlp.c_proj.bias"] = bias(h)
+    t["model.norm.weight"] = norm(h)
+    t["model.norm.bias"] = bias(h)
     return t
 
 

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""Reference forward pass of a Llama / Qwen2 / Qwen3 checkpoint in Hugging Face layout, in numpy.
+"""Reference forward pass of a Llama / Qwen2 / Qwen3 / StarCoder2 checkpoint in Hugging Face
+layout, in numpy.
 
-Written from the maths of Hugging Face's modeling_llama / modeling_qwen2 / modeling_qwen3
-(rotate-half RoPE, grouped-query attention, SwiGLU MLP, RMSNorm; Qwen3's per-head RMSNorm of q
-and k before RoPE), independent of efim's C++ code: it is the oracle the C++ forward pass is
-tested against.
+Written from the maths of Hugging Face's modeling_llama / modeling_qwen2 / modeling_qwen3 /
+modeling_starcoder2 (rotate-half RoPE, grouped-query attention, SwiGLU MLP, RMSNorm; Qwen3's
+per-head RMSNorm of q and k before RoPE; StarCoder2's LayerNorm with bias, tanh-GELU MLP c_fc /
+c_proj and biases on every linear layer; sequences shorter than its sliding window), independent
+of efim's C++ code: it is the oracle the C++ forward pass is tested against.
 
 Usage: ref_forward.py MODEL_DIR --tokens 1,2,3 [--precision float64|float32] --out logits.bin
 Writes logits for every position, shape [n_tokens, vocab], as raw little-endian float32 (.bin)
@@ -93,6 +95,16 @@ def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
+def layer_norm(x, w, b, eps):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
 def rotate_half(x):
     half = x.shape[-1] // 2
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
@@ -102,11 +114,13 @@ def forward(cfg, w, tokens, dt):
     h = cfg["hidden_size"]
     nh, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     hd = cfg.get("head_dim") or h // nh
-    eps = cfg["rms_norm_eps"]
     n = len(tokens)
     qwen = cfg["model_type"] == "qwen2"
     qk_norm = cfg["model_type"] == "qwen3"
-    bias = qwen or cfg.get("attention_bias", False)
+    starcoder2 = cfg["model_type"] == "starcoder2"  # LayerNorm, GELU MLP c_fc / c_proj
+    eps = cfg["norm_epsilon"] if starcoder2 else cfg["rms_norm_eps"]
+    bias = qwen or cfg.get("attention_bias", False) or (starcoder2 and cfg.get("use_bias", True))
+    o_bias = bias and not qwen
 
     def W(name):
         return w[name].astype(dt)
@@ -121,10 +135,15 @@ def forward(cfg, w, tokens, dt):
     sin = np.sin(np.concatenate([ang, ang], axis=-1)).astype(dt)
     mask = np.triu(np.full((n, n), -np.inf, dtype=dt), k=1)  # causal
 
+    def norm(x, prefix):
+        if starcoder2:
+            return layer_norm(x, W(prefix + ".weight"), W(prefix + ".bias"), eps)
+        return rms_norm(x, W(prefix + ".weight"), eps)
+
     x = W("model.embed_tokens.weight")[np.asarray(tokens)]   # [n, h]
     for layer in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{layer}."
-        xn = rms_norm(x, W(p + "input_layernorm.weight"), eps)
+        xn = norm(x, p + "input_layernorm")
         q = linear(xn, p + "self_attn.q_proj", bias).reshape(n, nh, hd).transpose(1, 0, 2)
         k = linear(xn, p + "self_attn.k_proj", bias).reshape(n, nkv, hd).transpose(1, 0, 2)
         v = linear(xn, p + "self_attn.v_proj", bias).reshape(n, nkv, hd).transpose(1, 0, 2)
@@ -140,12 +159,15 @@ def forward(cfg, w, tokens, dt):
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs = scores / scores.sum(axis=-1, keepdims=True)
         attn = (probs @ v).transpose(1, 0, 2).reshape(n, nh * hd)
-        x = x + linear(attn, p + "self_attn.o_proj", cfg.get("attention_bias", False) and not qwen)
-        xn = rms_norm(x, W(p + "post_attention_layernorm.weight"), eps)
-        gate = linear(xn, p + "mlp.gate_proj", False)
-        up = linear(xn, p + "mlp.up_proj", False)
-        x = x + linear(gate / (1 + np.exp(-gate)) * up, p + "mlp.down_proj", False)
-    x = rms_norm(x, W("model.norm.weight"), eps)
+        x = x + linear(attn, p + "self_attn.o_proj", o_bias)
+        xn = norm(x, p + "post_attention_layernorm")
+        if starcoder2:
+            x = x + linear(gelu_tanh(linear(xn, p + "mlp.c_fc", bias)), p + "mlp.c_proj", bias)
+        else:
+            gate = linear(xn, p + "mlp.gate_proj", False)
+            up = linear(xn, p + "mlp.up_proj", False)
+            x = x + linear(gate / (1 + np.exp(-gate)) * up, p + "mlp.down_proj", False)
+    x = norm(x, "model.norm")
     head = "model.embed_tokens.weight" if cfg.get("tie_word_embeddings") else "lm_head.weight"
     return x @ W(head).T
 
@@ -160,7 +182,7 @@ def main():
 
     with open(os.path.join(args.model_dir, "config.json")) as f:
         cfg = json.load(f)
-    if cfg["model_type"] not in ("llama", "qwen2", "qwen3"):
+    if cfg["model_type"] not in ("llama", "qwen2", "qwen3", "starcoder2"):
         raise SystemExit(f"model_type {cfg['model_type']} not supported")
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
     logits = forward(cfg, read_folder(args.model_dir), tokens, np.dtype(args.precision))

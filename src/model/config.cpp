@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -12,11 +13,19 @@
 namespace efim {
 
 namespace {
+using enum RopePairing;
+using enum NormKind;
+using enum MlpKind;
 constexpr ArchTraits kArchs[] = {
-    // arch             name     qkv bias  qk_norm  sliding flag  GGUF RoPE
-    {ModelArch::Llama, "llama", false, false, false, RopePairing::Interleaved},
-    {ModelArch::Qwen2, "qwen2", true, false, true, RopePairing::RotateHalf},
-    {ModelArch::Qwen3, "qwen3", false, true, true, RopePairing::RotateHalf},
+    // arch, name, qkv bias always, qk_norm, sliding flag, GGUF RoPE, norm, mlp,
+    // bias key, its default, covers the MLP
+    {ModelArch::Llama, "llama", false, false, false, Interleaved, Rms, SwiGlu, "attention_bias",
+     false, false},
+    {ModelArch::Qwen2, "qwen2", true, false, true, RotateHalf, Rms, SwiGlu, "", false, false},
+    {ModelArch::Qwen3, "qwen3", false, true, true, RotateHalf, Rms, SwiGlu, "attention_bias", false,
+     false},
+    {ModelArch::StarCoder2, "starcoder2", false, false, false, RotateHalf, Layer, Gelu, "use_bias",
+     true, true},
 };
 }  // namespace
 
@@ -122,7 +131,9 @@ std::string ModelConfig::summary() const {
              intermediate, ", rope theta ", rope_theta,
              rope_pairing == RopePairing::Interleaved ? " (interleaved)" : " (rotate-half)",
              tied_embeddings ? ", tied embeddings" : "", qkv_bias ? ", qkv bias" : "",
-             qk_norm ? ", q/k norm" : "", fragment_tokenization ? ", fragment-tokenized training" : "");
+             qk_norm ? ", q/k norm" : "", norm == NormKind::Layer ? ", layer norm" : "",
+             mlp == MlpKind::Gelu ? ", gelu mlp" : "", mlp_bias ? ", mlp bias" : "",
+             fragment_tokenization ? ", fragment-tokenized training" : "");
 }
 
 // ---------------------------------------------------------------- HF config.json
@@ -213,14 +224,19 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& labe
   if (arch->always_qkv_bias) {
     c.qkv_bias = true;  // Qwen2: q/k/v biases, no output bias
   } else {
-    c.qkv_bias = c.o_bias = r.boolean_or("attention_bias", false);
+    c.qkv_bias = c.o_bias = r.boolean_or(std::string(arch->bias_key).c_str(), arch->bias_default);
   }
+  c.mlp_bias = arch->bias_in_mlp && c.qkv_bias;
   c.qk_norm = arch->qk_norm;
+  c.norm = arch->norm;
+  c.mlp = arch->mlp;
   if (arch->sliding_window_flag)
     EFIM_CHECK(!r.boolean_or("use_sliding_window", false), label,
                ": use_sliding_window = true is not supported");
-  std::string act = r.string_or("hidden_act", "silu");
-  EFIM_CHECK(act == "silu", label, ": hidden_act \"", act, "\" is not supported (silu)");
+  const char* want_act = c.mlp == MlpKind::Gelu ? "gelu_pytorch_tanh" : "silu";
+  std::string act = r.string_or("hidden_act", want_act);
+  EFIM_CHECK(act == want_act || (c.mlp == MlpKind::Gelu && act == "gelu"), label,
+             ": hidden_act \"", act, "\" is not supported (", want_act, ")");
   EFIM_CHECK(!r.boolean_or("mlp_bias", false), label, ": mlp_bias = true is not supported");
   c.vocab = r.integer("vocab_size");
   c.hidden = r.integer("hidden_size");
@@ -234,8 +250,16 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& labe
              " is not a multiple of num_attention_heads ", c.n_heads, " and head_dim is absent");
   c.head_dim = r.integer_or("head_dim", c.hidden / c.n_heads);
   c.intermediate = r.integer("intermediate_size");
-  c.rms_eps = r.number_or("rms_norm_eps", 1e-6);
+  c.rms_eps = c.norm == NormKind::Layer ? r.number_or("norm_epsilon", 1e-5)
+                                         : r.number_or("rms_norm_eps", 1e-6);
   c.max_position = r.integer_or("max_position_embeddings", 2048);
+  // StarCoder2 attends to the last `sliding_window` positions only; efim's attention is full, so
+  // the context stops at the window, where both agree.
+  if (c.arch == ModelArch::StarCoder2) {
+    const nlohmann::json* sw = r.get("sliding_window");
+    if (sw && sw->is_number_integer() && sw->get<int64_t>() > 0)
+      c.max_position = std::min(c.max_position, sw->get<int64_t>());
+  }
   c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
   c.rope_pairing = RopePairing::RotateHalf;  // HF checkpoints: rotate-half
   // transformers >= 4.56 may move theta and scaling into "rope_parameters".
@@ -333,7 +357,10 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   EFIM_CHECK(v_len == c.head_dim, "GGUF: ", r.arch, ".attention.value_length ", v_len,
              " differs from key_length ", c.head_dim);
   c.intermediate = r.integer("feed_forward_length");
-  c.rms_eps = r.number_or("attention.layer_norm_rms_epsilon", 1e-5);
+  c.norm = arch->norm;
+  c.mlp = arch->mlp;
+  c.rms_eps = c.norm == NormKind::Layer ? r.number_or("attention.layer_norm_epsilon", 1e-5)
+                                        : r.number_or("attention.layer_norm_rms_epsilon", 1e-5);
   c.max_position = r.integer_or("context_length", 2048);
   if (const GgufValue* v = r.get("vocab_size")) {
     c.vocab = v->as_i64();
@@ -346,6 +373,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.tied_embeddings = !f.find("output.weight").has_value();
   c.qkv_bias = f.find("blk.0.attn_q.bias").has_value();
   c.o_bias = f.find("blk.0.attn_output.bias").has_value();
+  c.mlp_bias = f.find("blk.0.ffn_up.bias").has_value();
   c.qk_norm = arch->qk_norm;
   if (const GgufValue* b = f.get("tokenizer.ggml.bos_token_id")) c.bos_token = b->as_i64();
   if (const GgufValue* e = f.get("tokenizer.ggml.eos_token_id")) c.eos_tokens = {e->as_i64()};
@@ -374,7 +402,9 @@ void write_gguf_metadata(const ModelConfig& c, GgufWriter& w) {
   w.set_u32(a + ".attention.head_count_kv", u32(c.n_kv_heads));
   w.set_u32(a + ".attention.key_length", u32(c.head_dim));
   w.set_u32(a + ".attention.value_length", u32(c.head_dim));
-  w.set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_eps));
+  w.set_f32(a + (c.norm == NormKind::Layer ? ".attention.layer_norm_epsilon"
+                                            : ".attention.layer_norm_rms_epsilon"),
+            static_cast<float>(c.rms_eps));
   w.set_u32(a + ".rope.dimension_count", u32(c.head_dim));
   w.set_f32(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
   if (c.rope_scaling.type == RopeScalingType::Linear) {

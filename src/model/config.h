@@ -13,7 +13,13 @@ namespace efim {
 class GgufFile;
 class GgufWriter;
 
-enum class ModelArch { Llama, Qwen2, Qwen3 };
+enum class ModelArch { Llama, Qwen2, Qwen3, StarCoder2 };
+
+// Normalisation of the residual stream: RMSNorm x / rms(x) * w, or LayerNorm
+// (x - mean) / sqrt(var + eps) * w + b.
+enum class NormKind { Rms, Layer };
+// Feed-forward: SwiGLU Wdown (silu(Wgate x) * Wup x), or GELU (tanh form) Wdown gelu(Wup x + b) + b.
+enum class MlpKind { SwiGlu, Gelu };
 
 // Which dimensions RoPE rotates together inside one head of size d, for frequency i < d/2:
 //   RotateHalf  (HF "rotate_half", llama.cpp NEOX): (x[i], x[i + d/2])
@@ -52,6 +58,9 @@ struct ModelConfig {
   bool qkv_bias = false;   // q/k/v projections have biases (qwen2; llama with attention_bias)
   bool o_bias = false;     // output projection has a bias (llama with attention_bias)
   bool qk_norm = false;    // per-head RMSNorm of q and k (weights [head_dim]) before RoPE (qwen3)
+  NormKind norm = NormKind::Rms;  // rms_eps is the epsilon of either kind
+  MlpKind mlp = MlpKind::SwiGlu;
+  bool mlp_bias = false;   // Wup / Wdown have biases (starcoder2)
   int64_t bos_token = -1;  // -1: none
   std::vector<int64_t> eos_tokens;  // may be empty
   // The model was trained on fragment-tokenized FIM data (efim train writes it: GGUF key
@@ -81,13 +90,20 @@ struct ArchTraits {
   // RoPE pairing of the GGUF as llama.cpp's converter writes it: llama permutes the Q/K rows
   // into interleaved pairs (llama.cpp NORM rope), the others keep rotate-half (NEOX).
   RopePairing gguf_rope;
+  NormKind norm;
+  MlpKind mlp;
+  // config.json's switch for the linear layers' biases and its default ("attention_bias"
+  // false for llama and qwen3; starcoder2's "use_bias" true, which covers the MLP too).
+  std::string_view bias_key;
+  bool bias_default;
+  bool bias_in_mlp;
 };
 
 std::string_view arch_name(ModelArch a);
 const ArchTraits& arch_traits(ModelArch a);
 // The row whose name is `name`, or nullptr.
 const ArchTraits* find_arch(std::string_view name);
-// "llama, qwen2, qwen3": for error messages.
+// "llama, qwen2, qwen3, starcoder2": for error messages.
 std::string arch_names();
 
 // GGUF key of ModelConfig::fragment_tokenization (bool).

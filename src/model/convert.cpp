@@ -45,7 +45,9 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
       jobs.push_back({TensorNames::layer(hf, l, role, suffix),
                       TensorNames::layer(gg, l, role, suffix), permute ? heads : 0, false});
     };
+    const bool layer_norm = c.norm == NormKind::Layer;
     add("attn_norm", "weight", 0);
+    if (layer_norm) add("attn_norm", "bias", 0);
     add("q", "weight", c.n_heads);
     add("k", "weight", c.n_kv_heads);
     add("v", "weight", 0);
@@ -61,11 +63,21 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
     add("o", "weight", 0);
     if (c.o_bias) add("o", "bias", 0);
     add("ffn_norm", "weight", 0);
-    add("gate", "weight", 0);
-    add("up", "weight", 0);
-    add("down", "weight", 0);
+    if (layer_norm) add("ffn_norm", "bias", 0);
+    if (c.mlp == MlpKind::Gelu) {
+      add("fc", "weight", 0);
+      if (c.mlp_bias) add("fc", "bias", 0);
+      add("proj", "weight", 0);
+      if (c.mlp_bias) add("proj", "bias", 0);
+    } else {
+      add("gate", "weight", 0);
+      add("up", "weight", 0);
+      add("down", "weight", 0);
+    }
   }
   jobs.push_back({TensorNames::output_norm(hf), TensorNames::output_norm(gg), 0, false});
+  if (c.norm == NormKind::Layer)
+    jobs.push_back({"model.norm.bias", "output_norm.bias", 0, false});
   if (!c.tied_embeddings)
     jobs.push_back({TensorNames::output(hf), TensorNames::output(gg), 0, true});
   return jobs;

@@ -5,6 +5,8 @@
 //               (qwen3: q and k heads rms-normalised, weights q_norm / k_norm, before RoPE)
 //               x = h + Wdown . (silu(Wgate.rms(h)) * Wup.rms(h))
 //   logits = Wout . rms(x)      (Wout = embed when tied)
+// StarCoder2: LayerNorm with bias in place of rms, x = h + Wdown . gelu(Wup.norm(h) + bup) + bdown,
+// biases on q, k, v, o.
 //
 // All tokens of the step share each matmul: activations are [n_tokens, features] row-major.
 #include <algorithm>
@@ -140,6 +142,18 @@ void Model::attention_block(int64_t layer, const Batch& b, KvCache& kv) {
 void Model::mlp_block(int64_t layer, int64_t n) {
   const ModelConfig& c = config_;
   const int64_t inter = c.intermediate;
+  const LayerWeights& w = weights_.layers[layer];
+  if (c.mlp == MlpKind::Gelu) {  // [n, intermediate] = gelu(Wup . xn + bup), then Wdown + bdown
+    matmul(s_.xn.data(), n, fused_[layer].gate_up, s_.gate_up.data());
+    for_rows(*pool_, n, [&](int64_t r) {
+      float* u = &s_.gate_up[r * inter];
+      if (c.mlp_bias) ops::add_inplace(u, w.b_up.data(), inter);
+      ops::gelu_tanh(u, inter);
+    });
+    matmul(s_.gate_up.data(), n, w.w_down, s_.proj.data());  // [n, hidden]
+    if (c.mlp_bias) ops::add_bias(s_.proj.data(), w.b_down.data(), n, c.hidden);
+    return;
+  }
   matmul(s_.xn.data(), n, fused_[layer].gate_up, s_.gate_up.data());  // [n, 2 intermediate]
   // One token's gate half is already the contiguous input of Wdown; several need a copy.
   float* act = n == 1 ? s_.gate_up.data() : s_.act.data();
@@ -148,7 +162,24 @@ void Model::mlp_block(int64_t layer, int64_t n) {
     ops::silu_mul(gate, gate + inter, inter);
     if (n > 1) std::copy_n(gate, inter, &s_.act[r * inter]);
   });
-  matmul(act, n, weights_.layers[layer].w_down, s_.proj.data());  // [n, hidden]
+  matmul(act, n, w.w_down, s_.proj.data());  // [n, hidden]
+}
+
+void Model::norm_row(const float* x, const std::vector<float>& w, const std::vector<float>& b,
+                     float* y) const {
+  const float eps = static_cast<float>(config_.rms_eps);
+  if (config_.norm == NormKind::Layer)
+    ops::layer_norm(x, w.data(), b.data(), config_.hidden, eps, y);
+  else
+    ops::rms_norm(x, w.data(), config_.hidden, eps, y);
+}
+
+void Model::add_norm_row(float* x, const float* d, const std::vector<float>& w,
+                         const std::vector<float>& b, float* y) const {
+  if (config_.norm == NormKind::Rms)
+    return ops::add_rms_norm(x, d, w.data(), config_.hidden, static_cast<float>(config_.rms_eps), y);
+  ops::add_inplace(x, d, config_.hidden);
+  norm_row(x, w, b, y);
 }
 
 // Group the step's tokens by sequence, ascending in position (attention relies on it); reuses
@@ -173,7 +204,6 @@ void Model::forward(const Batch& b, KvCache& kv, float* logits) {
   validate(b, kv);
   const ModelConfig& c = config_;
   const int64_t n = b.size(), H = c.hidden;
-  const float eps = static_cast<float>(c.rms_eps);
   resize(s_.x, n * H);
   // xn also holds the final-normed rows of the logits tokens (logits_rows may repeat a token).
   resize(s_.xn, std::max<int64_t>(n, static_cast<int64_t>(b.logits_rows.size())) * H);
@@ -185,33 +215,36 @@ void Model::forward(const Batch& b, KvCache& kv, float* logits) {
   s_.rope.build(inv_freq_, b.positions.data(), n);
   group_tokens(b);
 
-  // x = embed[token]; xn = rms(x) * attn_norm of layer 0.
+  // x = embed[token]; xn = norm(x) with layer 0's attn_norm.
+  const auto& layers = weights_.layers;
   for_rows(*pool_, n, [&](int64_t i) {
     cpu::dequantize_row(weights_.embed, b.tokens[i], &s_.x[i * H]);
-    ops::rms_norm(&s_.x[i * H], weights_.layers[0].attn_norm.data(), H, eps, &s_.xn[i * H]);
+    norm_row(&s_.x[i * H], layers[0].attn_norm, layers[0].attn_norm_b, &s_.xn[i * H]);
   });
   for (int64_t l = 0; l < c.n_layers; ++l) {
     attention_block(l, b, kv);
-    // h = x + attention; xn = rms(h) * ffn_norm
-    const float* ffn_norm = weights_.layers[l].ffn_norm.data();
+    // h = x + attention; xn = norm(h) with ffn_norm
     for_rows(*pool_, n, [&](int64_t i) {
-      ops::add_rms_norm(&s_.x[i * H], &s_.proj[i * H], ffn_norm, H, eps, &s_.xn[i * H]);
+      add_norm_row(&s_.x[i * H], &s_.proj[i * H], layers[l].ffn_norm, layers[l].ffn_norm_b,
+                   &s_.xn[i * H]);
     });
     mlp_block(l, n);
-    // x = h + mlp; xn = rms(x) * attn_norm of the next layer (the last layer's sum only).
+    // x = h + mlp; xn = norm(x) with the next layer's attn_norm (the last layer's sum only).
     const bool last = l + 1 == c.n_layers;
-    const float* next_norm = last ? nullptr : weights_.layers[l + 1].attn_norm.data();
     for_rows(*pool_, n, [&](int64_t i) {
-      if (last) ops::add_inplace(&s_.x[i * H], &s_.proj[i * H], H);
-      else ops::add_rms_norm(&s_.x[i * H], &s_.proj[i * H], next_norm, H, eps, &s_.xn[i * H]);
+      if (last)
+        ops::add_inplace(&s_.x[i * H], &s_.proj[i * H], H);
+      else
+        add_norm_row(&s_.x[i * H], &s_.proj[i * H], layers[l + 1].attn_norm,
+                     layers[l + 1].attn_norm_b, &s_.xn[i * H]);
     });
   }
 
   const int64_t n_out = static_cast<int64_t>(b.logits_rows.size());
   if (n_out == 0) return;
   for_rows(*pool_, n_out, [&](int64_t j) {
-    ops::rms_norm(&s_.x[b.logits_rows[j] * H], weights_.output_norm.data(), H, eps,
-                  &s_.xn[j * H]);
+    norm_row(&s_.x[b.logits_rows[j] * H], weights_.output_norm, weights_.output_norm_b,
+             &s_.xn[j * H]);
   });
   matmul(s_.xn.data(), n_out, weights_.output, logits);  // [n_out, vocab]
 }

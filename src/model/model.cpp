@@ -148,7 +148,7 @@ void Model::fuse_projections() {
   for (const LayerWeights& w : weights_.layers) {
     FusedLayer f;
     f.qkv = fuse({&w.wq, &w.wk, &w.wv});
-    f.gate_up = fuse({&w.w_gate, &w.w_up});
+    f.gate_up = config_.mlp == MlpKind::Gelu ? fuse({&w.w_up}) : fuse({&w.w_gate, &w.w_up});
     if (config_.qkv_bias) {
       f.bqkv = w.bq;
       f.bqkv.insert(f.bqkv.end(), w.bk.begin(), w.bk.end());

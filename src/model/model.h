@@ -59,6 +59,12 @@ class Model {
   // y[m, sum of rows] = x . [W0; W1; ...]^T: one matmul when there is one part, else one per
   // part written side by side through s_.part.
   void matmul(const float* x, int64_t m, const std::vector<cpu::WeightMatrix>& parts, float* y);
+  // y[hidden] = norm(x) with weights w (and bias b for LayerNorm); y may alias x.
+  void norm_row(const float* x, const std::vector<float>& w, const std::vector<float>& b,
+                float* y) const;
+  // x += d, then y = norm(x).
+  void add_norm_row(float* x, const float* d, const std::vector<float>& w,
+                    const std::vector<float>& b, float* y) const;
 
   ModelConfig config_;
   std::unique_ptr<TensorSource> source_;  // owns the mapped weights

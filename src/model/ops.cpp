@@ -92,6 +92,25 @@ void add_rms_norm(float* x, const float* d, const float* w, int64_t n, float eps
   add_rms_norm_ref(x, d, w, n, eps, y);
 }
 
+void layer_norm(const float* x, const float* w, const float* b, int64_t n, float eps, float* y) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += (x[i] - mean) * (x[i] - mean);
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  const float m = static_cast<float>(mean);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) * inv * w[i] + b[i];
+}
+
+void gelu_tanh(float* x, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    x[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+  }
+}
+
 void add_bias(float* y, const float* b, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) add_inplace(y + r * n, b, n);
 }

@@ -29,6 +29,15 @@ void add_rms_norm(float* x, const float* d, const float* w, int64_t n, float eps
 void add_rms_norm(float* x, const float* d, const float* w, int64_t n, float eps, float* y,
                   CpuKernel k);
 
+// LayerNorm of one row: y = (x - mean(x)) / sqrt(var(x) + eps) * w + b (y may alias x). The
+// mean and variance are accumulated in double (two passes), so rows with a large common offset
+// lose nothing to cancellation.
+void layer_norm(const float* x, const float* w, const float* b, int64_t n, float eps, float* y);
+
+// x[i] = gelu(x[i]) in the tanh form (PyTorch's "gelu_pytorch_tanh", ggml_gelu):
+// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))); n elements.
+void gelu_tanh(float* x, int64_t n);
+
 // y[i] += b[i] for every row of y[rows, n].
 void add_bias(float* y, const float* b, int64_t rows, int64_t n);
 

@@ -23,6 +23,8 @@ const std::map<std::string, std::pair<std::string, std::string>>& role_names() {
       {"gate", {"mlp.gate_proj", "ffn_gate"}},
       {"up", {"mlp.up_proj", "ffn_up"}},
       {"down", {"mlp.down_proj", "ffn_down"}},
+      {"fc", {"mlp.c_fc", "ffn_up"}},
+      {"proj", {"mlp.c_proj", "ffn_down"}},
   };
   return m;
 }
@@ -74,6 +76,10 @@ LayerWeights bind_layer(const ModelConfig& c, const TensorSource& src, WeightNam
   LayerWeights l;
   l.attn_norm = bind_vector(src, name("attn_norm"), c.hidden);
   l.ffn_norm = bind_vector(src, name("ffn_norm"), c.hidden);
+  if (c.norm == NormKind::Layer) {
+    l.attn_norm_b = bind_vector(src, name("attn_norm", "bias"), c.hidden);
+    l.ffn_norm_b = bind_vector(src, name("ffn_norm", "bias"), c.hidden);
+  }
   l.wq = bind_matrix(src, name("q"), c.q_dim(), c.hidden);
   l.wk = bind_matrix(src, name("k"), c.kv_dim(), c.hidden);
   l.wv = bind_matrix(src, name("v"), c.kv_dim(), c.hidden);
@@ -88,9 +94,16 @@ LayerWeights bind_layer(const ModelConfig& c, const TensorSource& src, WeightNam
     l.q_norm = bind_vector(src, name("q_norm"), c.head_dim);
     l.k_norm = bind_vector(src, name("k_norm"), c.head_dim);
   }
-  l.w_gate = bind_matrix(src, name("gate"), c.intermediate, c.hidden);
-  l.w_up = bind_matrix(src, name("up"), c.intermediate, c.hidden);
-  l.w_down = bind_matrix(src, name("down"), c.hidden, c.intermediate);
+  const bool gelu = c.mlp == MlpKind::Gelu;
+  const char* up = gelu ? "fc" : "up";
+  const char* down = gelu ? "proj" : "down";
+  if (!gelu) l.w_gate = bind_matrix(src, name("gate"), c.intermediate, c.hidden);
+  l.w_up = bind_matrix(src, name(up), c.intermediate, c.hidden);
+  l.w_down = bind_matrix(src, name(down), c.hidden, c.intermediate);
+  if (c.mlp_bias) {
+    l.b_up = bind_vector(src, name(up, "bias"), c.intermediate);
+    l.b_down = bind_vector(src, name(down, "bias"), c.hidden);
+  }
   return l;
 }
 
@@ -124,6 +137,11 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorSource& src, WeightN
   w.layers.reserve(static_cast<size_t>(c.n_layers));
   for (int64_t i = 0; i < c.n_layers; ++i) w.layers.push_back(bind_layer(c, src, naming, i));
   w.output_norm = bind_vector(src, TensorNames::output_norm(naming), c.hidden);
+  if (c.norm == NormKind::Layer) {
+    std::string bias = TensorNames::output_norm(naming);
+    bias.replace(bias.size() - 6, 6, "bias");  // "....weight" -> "....bias"
+    w.output_norm_b = bind_vector(src, bias, c.hidden);
+  }
   w.output = c.tied_embeddings ? w.embed
                                : bind_matrix(src, TensorNames::output(naming), c.vocab, c.hidden);
   return w;

@@ -17,6 +17,7 @@ enum class WeightNaming { HF, GGUF };
 struct LayerWeights {
   std::vector<float> attn_norm;   // [hidden]
   std::vector<float> ffn_norm;    // [hidden]
+  std::vector<float> attn_norm_b, ffn_norm_b;  // [hidden]; LayerNorm only
   cpu::WeightMatrix wq;           // [q_dim, hidden]
   cpu::WeightMatrix wk;           // [kv_dim, hidden]
   cpu::WeightMatrix wv;           // [kv_dim, hidden]
@@ -24,15 +25,17 @@ struct LayerWeights {
   std::vector<float> bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim]; empty without qkv_bias
   std::vector<float> bo;          // [hidden]; empty without o_bias
   std::vector<float> q_norm, k_norm;  // [head_dim] each; empty without qk_norm
-  cpu::WeightMatrix w_gate;       // [intermediate, hidden]
-  cpu::WeightMatrix w_up;         // [intermediate, hidden]
-  cpu::WeightMatrix w_down;       // [hidden, intermediate]
+  cpu::WeightMatrix w_gate;       // [intermediate, hidden]; SwiGLU only
+  cpu::WeightMatrix w_up;         // [intermediate, hidden] (GELU MLP: c_fc)
+  cpu::WeightMatrix w_down;       // [hidden, intermediate] (GELU MLP: c_proj)
+  std::vector<float> b_up, b_down;  // [intermediate], [hidden]; empty without mlp_bias
 };
 
 struct ModelWeights {
   cpu::WeightMatrix embed;  // [vocab, hidden]
   std::vector<LayerWeights> layers;
   std::vector<float> output_norm;  // [hidden]
+  std::vector<float> output_norm_b;  // [hidden]; LayerNorm only
   cpu::WeightMatrix output;        // [vocab, hidden]; the embedding when tied
 };
 
@@ -41,8 +44,9 @@ struct TensorNames {
   static std::string embed(WeightNaming n);
   static std::string output_norm(WeightNaming n);
   static std::string output(WeightNaming n);
-  // role: one of attn_norm, ffn_norm, q, k, v, o, q_norm, k_norm, gate, up, down; suffix
-  // "weight" or "bias".
+  // role: one of attn_norm, ffn_norm, q, k, v, o, q_norm, k_norm, gate, up, down, fc, proj
+  // (fc / proj: the GELU MLP's c_fc / c_proj, GGUF ffn_up / ffn_down); suffix "weight" or
+  // "bias".
   static std::string layer(WeightNaming n, int64_t layer, const std::string& role,
                            const std::string& suffix = "weight");
 };

@@ -2,7 +2,8 @@
 # efim vs llama.cpp's prebuilt library on GGUFs written by `efim convert`: logits of every prompt
 # position within a per-dtype tolerance, and the same 64 greedy tokens.
 #   tiny random llama (GQA, llama3 rope scaling, untied), qwen2 (q/k/v biases, tied) and qwen3
-#   (per-head q/k RMSNorm, head_dim 32 with hidden 64), F32
+#   (per-head q/k RMSNorm, head_dim 32 with hidden 64), starcoder2 (LayerNorm, GELU MLP, biases
+#   everywhere, tied), F32
 #   and BF16; efim-base-py (when ../shared has it) in BF16 and Q8_0.
 # usage: llama_cpp_parity.sh EFIM_BINARY
 set -euo pipefail
@@ -39,7 +40,7 @@ check() {
 }
 
 "$PY" "$ROOT/scripts/make_tiny_tokenizer.py" "$WORK/tok300.json" --vocab 300
-for kind in llama qwen2 qwen3; do
+for kind in llama qwen2 qwen3 starcoder2; do
   for dtype in f32 bf16; do
     dir=$WORK/$kind-$dtype
     "$PY" "$ROOT/scripts/make_tiny_model.py" "$dir" --kind $kind --dtype $dtype >/dev/null
@@ -49,7 +50,10 @@ for kind in llama qwen2 qwen3; do
   # F32: both compute in f32. BF16: llama.cpp rounds activations to bf16 inside its bf16
   # matmuls (efim keeps them f32), which moves logits by ~2-3% of their spread; a random tiny
   # model has near-ties, so greedy paths may part there and only logits are compared.
-  check "tiny-$kind f32" "$WORK/$kind-f32.gguf" 300 "--atol 1e-4" yes
+  # StarCoder2's GELU: llama.cpp looks it up in an f16 table of f16-rounded inputs (efim
+  # computes it in f32), ~1e-3 relative on the MLP activations: 1% of the logits' spread.
+  if [ "$kind" = starcoder2 ]; then f32tol="--std-tol 0.01"; else f32tol="--atol 1e-4"; fi
+  check "tiny-$kind f32" "$WORK/$kind-f32.gguf" 300 "$f32tol" yes
   check "tiny-$kind bf16" "$WORK/$kind-bf16.gguf" 300 "--std-tol 0.05" no 2
 done
 

@@ -93,7 +93,31 @@ TEST(ModelConfig, ParsesHfQwen3FromTheArchitectureTable) {
             std::string::npos);
   j = llama_json();
   j["model_type"] = "gpt2";
-  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("(llama, qwen2, qwen3)"),
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("(llama, qwen2, qwen3, starcoder2)"),
+            std::string::npos);
+}
+
+TEST(ModelConfig, ParsesHfStarCoder2) {
+  nlohmann::json j = llama_json();
+  j["model_type"] = "starcoder2";
+  j["hidden_act"] = "gelu_pytorch_tanh";
+  j["norm_epsilon"] = 1e-5;
+  j.erase("rms_norm_eps");
+  j["max_position_embeddings"] = 16384;
+  j["sliding_window"] = 4096;
+  j["tie_word_embeddings"] = true;
+  ModelConfig c = config_from_hf_json(j, "cfg");
+  EXPECT_EQ(c.arch, ModelArch::StarCoder2);
+  EXPECT_EQ(c.norm, NormKind::Layer);
+  EXPECT_EQ(c.mlp, MlpKind::Gelu);
+  EXPECT_TRUE(c.qkv_bias && c.o_bias && c.mlp_bias);  // use_bias defaults to true
+  EXPECT_DOUBLE_EQ(c.rms_eps, 1e-5);
+  EXPECT_EQ(c.max_position, 4096);  // the context stops at the sliding window
+  j["use_bias"] = false;
+  c = config_from_hf_json(j, "cfg");
+  EXPECT_FALSE(c.qkv_bias || c.o_bias || c.mlp_bias);
+  j["hidden_act"] = "silu";
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("gelu_pytorch_tanh"),
             std::string::npos);
 }
 
@@ -210,6 +234,30 @@ TEST(ModelConfig, GgufErrorsNameKey) {
 
 // Rotate-half RoPE on W.x equals interleaved RoPE on (P W).x, where P is the converter's row
 // permutation: the reason llama GGUFs run with interleaved pairs.
+TEST(Ops, LayerNormAndGeluTanh) {
+  // x = 1000 + (-1.5, -0.5, 0.5, 1.5): mean 1000, var 1.25; the offset must not cost accuracy.
+  std::vector<float> x = {998.5f, 999.5f, 1000.5f, 1001.5f}, y(4);
+  const std::vector<float> w = {1, 2, 1, 1}, b = {0, 0, 0.5f, -1};
+  ops::layer_norm(x.data(), w.data(), b.data(), 4, 0.0f, y.data());
+  const float s = 1.0f / std::sqrt(1.25f);
+  EXPECT_NEAR(y[0], -1.5f * s, 1e-5f);
+  EXPECT_NEAR(y[1], -0.5f * s * 2, 1e-5f);
+  EXPECT_NEAR(y[2], 0.5f * s + 0.5f, 1e-5f);
+  EXPECT_NEAR(y[3], 1.5f * s - 1, 1e-5f);
+  ops::layer_norm(x.data(), w.data(), b.data(), 4, 0.0f, x.data());  // in place
+  EXPECT_EQ(x, y);
+  // gelu_tanh(v) = 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))), against double maths.
+  std::vector<float> g = {-6.0f, -1.0f, -0.1f, 0.0f, 0.3f, 1.0f, 2.5f, 8.0f};
+  std::vector<float> v = g;
+  ops::gelu_tanh(g.data(), static_cast<int64_t>(g.size()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double z = v[i];
+    const double want = 0.5 * z * (1 + std::tanh(std::sqrt(2 / M_PI) * (z + 0.044715 * z * z * z)));
+    EXPECT_NEAR(g[i], want, 1e-6 * (1 + std::fabs(want))) << v[i];
+  }
+  EXPECT_NEAR(g[5], 0.841192f, 1e-5f);  // gelu_tanh(1)
+}
+
 TEST(Rope, PermutedRowsWithInterleavedPairsMatchRotateHalf) {
   const int64_t heads = 3, hd = 8, cols = 5;
   std::mt19937 rng(7);
