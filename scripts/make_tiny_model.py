@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes tiny random Llama-family checkpoints in Hugging Face layout, for parity tests.
 
-Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3,starcoder2} [--dtype {f32,bf16}]
+Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3,starcoder2,gemma} [--dtype {f32,bf16}]
        [--seed N]
        [--shards N]
 
@@ -14,6 +14,8 @@ Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3,starcoder2}
          tied embeddings, GQA.
   starcoder2: LayerNorm with bias, tanh-GELU MLP c_fc / c_proj, biases on every linear layer,
          tied embeddings, GQA (sliding window 4096, longer than these tests' prompts).
+  gemma: embeddings times sqrt(hidden), RMSNorm weights stored as w for (1 + w), GeGLU, head_dim
+         32 independent of hidden 64, one KV head (multi-query, as CodeGemma 2B), tied.
 
 Weights are drawn from a seeded numpy generator (float64), then stored as f32 or bf16 (round to
 nearest even). Only numpy and the standard library are used.
@@ -59,6 +61,14 @@ KINDS = {
         rope_theta=100000.0, tie_word_embeddings=True, use_bias=True, bos_token_id=0,
         eos_token_id=0,
     ),
+    "gemma": dict(
+        architectures=["GemmaForCausalLM"], model_type="gemma", hidden_act="gelu",
+        hidden_activation="gelu_pytorch_tanh", vocab_size=300, hidden_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+        intermediate_size=96, max_position_embeddings=256, rms_norm_eps=1e-6,
+        rope_theta=10000.0, tie_word_embeddings=True, attention_bias=False, bos_token_id=2,
+        eos_token_id=1,
+    ),
     "qwen2": dict(
         architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
         vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -87,8 +97,11 @@ def make_tensors(cfg, rng):
     def mat(rows, cols):  # std 1/sqrt(fan_in): activations keep unit scale through layers
         return rng.standard_normal((rows, cols)) / np.sqrt(cols)
 
+    # Gemma stores w for a norm that multiplies by (1 + w).
+    norm_base = 0.0 if cfg["model_type"] == "gemma" else 1.0
+
     def norm(n):
-        return 1.0 + 0.2 * rng.standard_normal(n)
+        return norm_base + 0.2 * rng.standard_normal(n)
 
     t = {"model.embed_tokens.weight": rng.standard_normal((vocab, h))}
     if cfg["model_type"] == "starcoder2":

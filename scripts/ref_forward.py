@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Reference forward pass of a Llama / Qwen2 / Qwen3 / StarCoder2 checkpoint in Hugging Face
-layout, in numpy.
+"""Reference forward pass of a Llama / Qwen2 / Qwen3 / StarCoder2 / Gemma checkpoint in Hugging
+Face layout, in numpy (Gemma: embeddings times sqrt(hidden), RMSNorm times (1 + w), GeGLU).
 
 Written from the maths of Hugging Face's modeling_llama / modeling_qwen2 / modeling_qwen3 /
 modeling_starcoder2 (rotate-half RoPE, grouped-query attention, SwiGLU MLP, RMSNorm; Qwen3's
@@ -118,6 +118,7 @@ def forward(cfg, w, tokens, dt):
     qwen = cfg["model_type"] == "qwen2"
     qk_norm = cfg["model_type"] == "qwen3"
     starcoder2 = cfg["model_type"] == "starcoder2"  # LayerNorm, GELU MLP c_fc / c_proj
+    gemma = cfg["model_type"] == "gemma"  # x * sqrt(h), RMSNorm times (1 + w), GeGLU
     eps = cfg["norm_epsilon"] if starcoder2 else cfg["rms_norm_eps"]
     bias = qwen or cfg.get("attention_bias", False) or (starcoder2 and cfg.get("use_bias", True))
     o_bias = bias and not qwen
@@ -138,9 +139,11 @@ def forward(cfg, w, tokens, dt):
     def norm(x, prefix):
         if starcoder2:
             return layer_norm(x, W(prefix + ".weight"), W(prefix + ".bias"), eps)
-        return rms_norm(x, W(prefix + ".weight"), eps)
+        return rms_norm(x, W(prefix + ".weight") + (1 if gemma else 0), eps)
 
     x = W("model.embed_tokens.weight")[np.asarray(tokens)]   # [n, h]
+    if gemma:
+        x = x * np.asarray(math.sqrt(h), dtype=dt)
     for layer in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{layer}."
         xn = norm(x, p + "input_layernorm")
@@ -166,9 +169,11 @@ def forward(cfg, w, tokens, dt):
         else:
             gate = linear(xn, p + "mlp.gate_proj", False)
             up = linear(xn, p + "mlp.up_proj", False)
-            x = x + linear(gate / (1 + np.exp(-gate)) * up, p + "mlp.down_proj", False)
+            act = gelu_tanh(gate) if gemma else gate / (1 + np.exp(-gate))
+            x = x + linear(act * up, p + "mlp.down_proj", False)
     x = norm(x, "model.norm")
-    head = "model.embed_tokens.weight" if cfg.get("tie_word_embeddings") else "lm_head.weight"
+    tied = cfg.get("tie_word_embeddings", gemma)
+    head = "model.embed_tokens.weight" if tied else "lm_head.weight"
     return x @ W(head).T
 
 
@@ -182,7 +187,7 @@ def main():
 
     with open(os.path.join(args.model_dir, "config.json")) as f:
         cfg = json.load(f)
-    if cfg["model_type"] not in ("llama", "qwen2", "qwen3", "starcoder2"):
+    if cfg["model_type"] not in ("llama", "qwen2", "qwen3", "starcoder2", "gemma"):
         raise SystemExit(f"model_type {cfg['model_type']} not supported")
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
     logits = forward(cfg, read_folder(args.model_dir), tokens, np.dtype(args.precision))

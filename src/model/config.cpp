@@ -18,14 +18,17 @@ using enum NormKind;
 using enum MlpKind;
 constexpr ArchTraits kArchs[] = {
     // arch, name, qkv bias always, qk_norm, sliding flag, GGUF RoPE, norm, mlp,
-    // bias key, its default, covers the MLP
+    // bias key, its default, covers the MLP, embedding scale, HF norm weight offset
     {ModelArch::Llama, "llama", false, false, false, Interleaved, Rms, SwiGlu, "attention_bias",
-     false, false},
-    {ModelArch::Qwen2, "qwen2", true, false, true, RotateHalf, Rms, SwiGlu, "", false, false},
+     false, false, false, 0.0f},
+    {ModelArch::Qwen2, "qwen2", true, false, true, RotateHalf, Rms, SwiGlu, "", false, false, false,
+     0.0f},
     {ModelArch::Qwen3, "qwen3", false, true, true, RotateHalf, Rms, SwiGlu, "attention_bias", false,
-     false},
+     false, false, 0.0f},
     {ModelArch::StarCoder2, "starcoder2", false, false, false, RotateHalf, Layer, Gelu, "use_bias",
-     true, true},
+     true, true, false, 0.0f},
+    {ModelArch::Gemma, "gemma", false, false, false, RotateHalf, Rms, GeGlu, "attention_bias",
+     false, false, true, 1.0f},
 };
 }  // namespace
 
@@ -132,7 +135,8 @@ std::string ModelConfig::summary() const {
              rope_pairing == RopePairing::Interleaved ? " (interleaved)" : " (rotate-half)",
              tied_embeddings ? ", tied embeddings" : "", qkv_bias ? ", qkv bias" : "",
              qk_norm ? ", q/k norm" : "", norm == NormKind::Layer ? ", layer norm" : "",
-             mlp == MlpKind::Gelu ? ", gelu mlp" : "", mlp_bias ? ", mlp bias" : "",
+             mlp == MlpKind::Gelu ? ", gelu mlp" : "", mlp == MlpKind::GeGlu ? ", geglu mlp" : "",
+             mlp_bias ? ", mlp bias" : "", embed_scale ? ", embeddings x sqrt(hidden)" : "",
              fragment_tokenization ? ", fragment-tokenized training" : "");
 }
 
@@ -233,10 +237,15 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& labe
   if (arch->sliding_window_flag)
     EFIM_CHECK(!r.boolean_or("use_sliding_window", false), label,
                ": use_sliding_window = true is not supported");
-  const char* want_act = c.mlp == MlpKind::Gelu ? "gelu_pytorch_tanh" : "silu";
-  std::string act = r.string_or("hidden_act", want_act);
-  EFIM_CHECK(act == want_act || (c.mlp == MlpKind::Gelu && act == "gelu"), label,
-             ": hidden_act \"", act, "\" is not supported (", want_act, ")");
+  c.embed_scale = arch->embed_scale;
+  c.norm_weight_offset = arch->hf_norm_weight_offset;
+  // The activation: silu for SwiGLU, the tanh GELU otherwise (Gemma names it in
+  // hidden_activation; its hidden_act "gelu" means the same tanh form there).
+  const bool gelu = c.mlp != MlpKind::SwiGlu;
+  const char* want_act = gelu ? "gelu_pytorch_tanh" : "silu";
+  std::string act = r.string_or("hidden_activation", r.string_or("hidden_act", want_act));
+  EFIM_CHECK(act == want_act || (gelu && act == "gelu"), label, ": hidden_act \"", act,
+             "\" is not supported (", want_act, ")");
   EFIM_CHECK(!r.boolean_or("mlp_bias", false), label, ": mlp_bias = true is not supported");
   c.vocab = r.integer("vocab_size");
   c.hidden = r.integer("hidden_size");
@@ -260,7 +269,8 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& labe
     if (sw && sw->is_number_integer() && sw->get<int64_t>() > 0)
       c.max_position = std::min(c.max_position, sw->get<int64_t>());
   }
-  c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+  // transformers' GemmaConfig ties the head by default; the others do not.
+  c.tied_embeddings = r.boolean_or("tie_word_embeddings", c.arch == ModelArch::Gemma);
   c.rope_pairing = RopePairing::RotateHalf;  // HF checkpoints: rotate-half
   // transformers >= 4.56 may move theta and scaling into "rope_parameters".
   const nlohmann::json* rp = r.get("rope_scaling");
@@ -359,6 +369,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.intermediate = r.integer("feed_forward_length");
   c.norm = arch->norm;
   c.mlp = arch->mlp;
+  c.embed_scale = arch->embed_scale;  // norm weights: the converter folded Gemma's 1 in
   c.rms_eps = c.norm == NormKind::Layer ? r.number_or("attention.layer_norm_epsilon", 1e-5)
                                         : r.number_or("attention.layer_norm_rms_epsilon", 1e-5);
   c.max_position = r.integer_or("context_length", 2048);

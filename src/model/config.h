@@ -13,13 +13,14 @@ namespace efim {
 class GgufFile;
 class GgufWriter;
 
-enum class ModelArch { Llama, Qwen2, Qwen3, StarCoder2 };
+enum class ModelArch { Llama, Qwen2, Qwen3, StarCoder2, Gemma };
 
 // Normalisation of the residual stream: RMSNorm x / rms(x) * w, or LayerNorm
 // (x - mean) / sqrt(var + eps) * w + b.
 enum class NormKind { Rms, Layer };
-// Feed-forward: SwiGLU Wdown (silu(Wgate x) * Wup x), or GELU (tanh form) Wdown gelu(Wup x + b) + b.
-enum class MlpKind { SwiGlu, Gelu };
+// Feed-forward: SwiGLU Wdown (silu(Wgate x) * Wup x), GeGLU Wdown (gelu(Wgate x) * Wup x), or
+// GELU Wdown gelu(Wup x + b) + b (gelu in its tanh form throughout).
+enum class MlpKind { SwiGlu, GeGlu, Gelu };
 
 // Which dimensions RoPE rotates together inside one head of size d, for frequency i < d/2:
 //   RotateHalf  (HF "rotate_half", llama.cpp NEOX): (x[i], x[i + d/2])
@@ -61,6 +62,10 @@ struct ModelConfig {
   NormKind norm = NormKind::Rms;  // rms_eps is the epsilon of either kind
   MlpKind mlp = MlpKind::SwiGlu;
   bool mlp_bias = false;   // Wup / Wdown have biases (starcoder2)
+  bool embed_scale = false;  // embeddings multiplied by sqrt(hidden) (gemma)
+  // Added to the stored RMSNorm weights at load: Gemma's HF checkpoints store w and compute
+  // x^ (1 + w); llama.cpp's converter folds the 1 into the GGUF (there: 0).
+  float norm_weight_offset = 0.0f;
   int64_t bos_token = -1;  // -1: none
   std::vector<int64_t> eos_tokens;  // may be empty
   // The model was trained on fragment-tokenized FIM data (efim train writes it: GGUF key
@@ -97,13 +102,15 @@ struct ArchTraits {
   std::string_view bias_key;
   bool bias_default;
   bool bias_in_mlp;
+  bool embed_scale;            // embeddings times sqrt(hidden)
+  float hf_norm_weight_offset;  // added to HF RMSNorm weights (gemma: 1)
 };
 
 std::string_view arch_name(ModelArch a);
 const ArchTraits& arch_traits(ModelArch a);
 // The row whose name is `name`, or nullptr.
 const ArchTraits* find_arch(std::string_view name);
-// "llama, qwen2, qwen3, starcoder2": for error messages.
+// "llama, qwen2, qwen3, starcoder2, gemma": for error messages.
 std::string arch_names();
 
 // GGUF key of ModelConfig::fragment_tokenization (bool).

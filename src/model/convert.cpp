@@ -26,11 +26,14 @@ void permute_rope_rows(float* rows, int64_t n_heads, int64_t head_dim, int64_t c
 
 namespace {
 
-// One tensor to write: its HF source name, GGUF name, and Q/K permutation heads (0: none).
+// One tensor to write: its HF source name, GGUF name, and Q/K permutation heads (0: none);
+// `add` is added to every value (Gemma's RMSNorm weights: llama.cpp's converter folds in the 1
+// of x^ (1 + w)).
 struct Job {
   std::string hf, gguf;
   int64_t permute_heads = 0;
   bool embedding_or_output = false;
+  float add = 0.0f;
 };
 
 std::vector<Job> plan_jobs(const ModelConfig& c) {
@@ -47,6 +50,7 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
     };
     const bool layer_norm = c.norm == NormKind::Layer;
     add("attn_norm", "weight", 0);
+    jobs.back().add = c.norm_weight_offset;
     if (layer_norm) add("attn_norm", "bias", 0);
     add("q", "weight", c.n_heads);
     add("k", "weight", c.n_kv_heads);
@@ -63,6 +67,7 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
     add("o", "weight", 0);
     if (c.o_bias) add("o", "bias", 0);
     add("ffn_norm", "weight", 0);
+    jobs.back().add = c.norm_weight_offset;
     if (layer_norm) add("ffn_norm", "bias", 0);
     if (c.mlp == MlpKind::Gelu) {
       add("fc", "weight", 0);
@@ -75,7 +80,8 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
       add("down", "weight", 0);
     }
   }
-  jobs.push_back({TensorNames::output_norm(hf), TensorNames::output_norm(gg), 0, false});
+  jobs.push_back({TensorNames::output_norm(hf), TensorNames::output_norm(gg), 0, false,
+                  c.norm_weight_offset});
   if (c.norm == NormKind::Layer)
     jobs.push_back({"model.norm.bias", "output_norm.bias", 0, false});
   if (!c.tied_embeddings)
@@ -123,6 +129,7 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   ConvertResult res;
   res.config = c;
   res.config.rope_pairing = arch_traits(c.arch).gguf_rope;
+  res.config.norm_weight_offset = 0.0f;  // folded into the written norm weights
   GgufWriter w;
   write_gguf_metadata(c, w);
   w.set_string("general.name", fs::path(o.input_dir).filename().string());
@@ -157,6 +164,8 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
     dequantize(t.data, t.numel(), t.dtype, f32.data());
     const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
     if (job.permute_heads > 0) permute_rope_rows(f32.data(), job.permute_heads, c.head_dim, cols);
+    if (job.add != 0.0f)
+      for (float& v : f32) v += job.add;
     const DType dt = choose_dtype(o, job, t);
     std::vector<uint8_t> bytes = quantize(f32.data(), t.numel(), dt);
     w.add_tensor(job.gguf, dt, t.shape, bytes.data(), bytes.size());

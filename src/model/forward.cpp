@@ -6,10 +6,11 @@
 //               x = h + Wdown . (silu(Wgate.rms(h)) * Wup.rms(h))
 //   logits = Wout . rms(x)      (Wout = embed when tied)
 // StarCoder2: LayerNorm with bias in place of rms, x = h + Wdown . gelu(Wup.norm(h) + bup) + bdown,
-// biases on q, k, v, o.
+// biases on q, k, v, o. Gemma: x = embed[token] * sqrt(hidden), gelu in place of silu (GeGLU).
 //
 // All tokens of the step share each matmul: activations are [n_tokens, features] row-major.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/error.h"
@@ -159,7 +160,10 @@ void Model::mlp_block(int64_t layer, int64_t n) {
   float* act = n == 1 ? s_.gate_up.data() : s_.act.data();
   for_rows(*pool_, n, [&](int64_t r) {
     float* gate = &s_.gate_up[r * 2 * inter];
-    ops::silu_mul(gate, gate + inter, inter);
+    if (c.mlp == MlpKind::GeGlu)
+      ops::gelu_tanh_mul(gate, gate + inter, inter);
+    else
+      ops::silu_mul(gate, gate + inter, inter);
     if (n > 1) std::copy_n(gate, inter, &s_.act[r * inter]);
   });
   matmul(act, n, w.w_down, s_.proj.data());  // [n, hidden]
@@ -217,8 +221,11 @@ void Model::forward(const Batch& b, KvCache& kv, float* logits) {
 
   // x = embed[token]; xn = norm(x) with layer 0's attn_norm.
   const auto& layers = weights_.layers;
+  const float embed_scale = std::sqrt(static_cast<float>(H));  // gemma
   for_rows(*pool_, n, [&](int64_t i) {
     cpu::dequantize_row(weights_.embed, b.tokens[i], &s_.x[i * H]);
+    if (c.embed_scale)
+      for (int64_t j = 0; j < H; ++j) s_.x[i * H + j] *= embed_scale;
     norm_row(&s_.x[i * H], layers[0].attn_norm, layers[0].attn_norm_b, &s_.xn[i * H]);
   });
   for (int64_t l = 0; l < c.n_layers; ++l) {

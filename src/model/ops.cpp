@@ -111,6 +111,11 @@ void gelu_tanh(float* x, int64_t n) {
   }
 }
 
+void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
+  gelu_tanh(gate, n);
+  for (int64_t i = 0; i < n; ++i) gate[i] *= up[i];
+}
+
 void add_bias(float* y, const float* b, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) add_inplace(y + r * n, b, n);
 }

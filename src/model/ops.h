@@ -37,6 +37,8 @@ void layer_norm(const float* x, const float* w, const float* b, int64_t n, float
 // x[i] = gelu(x[i]) in the tanh form (PyTorch's "gelu_pytorch_tanh", ggml_gelu):
 // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))); n elements.
 void gelu_tanh(float* x, int64_t n);
+// gate[i] = gelu_tanh(gate[i]) * up[i] (GeGLU), n elements.
+void gelu_tanh_mul(float* gate, const float* up, int64_t n);
 
 // y[i] += b[i] for every row of y[rows, n].
 void add_bias(float* y, const float* b, int64_t rows, int64_t n);

@@ -69,6 +69,12 @@ std::vector<float> bind_vector(const TensorSource& src, const std::string& name,
   return out;
 }
 
+// Gemma's HF RMSNorm weights are stored minus one (ModelConfig::norm_weight_offset).
+void add_offset(std::vector<float>& w, float offset) {
+  if (offset != 0.0f)
+    for (float& v : w) v += offset;
+}
+
 LayerWeights bind_layer(const ModelConfig& c, const TensorSource& src, WeightNaming nm, int64_t i) {
   auto name = [&](const char* role, const char* suffix = "weight") {
     return TensorNames::layer(nm, i, role, suffix);
@@ -80,6 +86,8 @@ LayerWeights bind_layer(const ModelConfig& c, const TensorSource& src, WeightNam
     l.attn_norm_b = bind_vector(src, name("attn_norm", "bias"), c.hidden);
     l.ffn_norm_b = bind_vector(src, name("ffn_norm", "bias"), c.hidden);
   }
+  add_offset(l.attn_norm, c.norm_weight_offset);
+  add_offset(l.ffn_norm, c.norm_weight_offset);
   l.wq = bind_matrix(src, name("q"), c.q_dim(), c.hidden);
   l.wk = bind_matrix(src, name("k"), c.kv_dim(), c.hidden);
   l.wv = bind_matrix(src, name("v"), c.kv_dim(), c.hidden);
@@ -94,7 +102,7 @@ LayerWeights bind_layer(const ModelConfig& c, const TensorSource& src, WeightNam
     l.q_norm = bind_vector(src, name("q_norm"), c.head_dim);
     l.k_norm = bind_vector(src, name("k_norm"), c.head_dim);
   }
-  const bool gelu = c.mlp == MlpKind::Gelu;
+  const bool gelu = c.mlp == MlpKind::Gelu;  // no gate: c_fc / c_proj
   const char* up = gelu ? "fc" : "up";
   const char* down = gelu ? "proj" : "down";
   if (!gelu) l.w_gate = bind_matrix(src, name("gate"), c.intermediate, c.hidden);
@@ -137,6 +145,7 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorSource& src, WeightN
   w.layers.reserve(static_cast<size_t>(c.n_layers));
   for (int64_t i = 0; i < c.n_layers; ++i) w.layers.push_back(bind_layer(c, src, naming, i));
   w.output_norm = bind_vector(src, TensorNames::output_norm(naming), c.hidden);
+  add_offset(w.output_norm, c.norm_weight_offset);
   if (c.norm == NormKind::Layer) {
     std::string bias = TensorNames::output_norm(naming);
     bias.replace(bias.size() - 6, 6, "bias");  // "....weight" -> "....bias"

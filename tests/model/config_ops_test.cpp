@@ -93,7 +93,7 @@ TEST(ModelConfig, ParsesHfQwen3FromTheArchitectureTable) {
             std::string::npos);
   j = llama_json();
   j["model_type"] = "gpt2";
-  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("(llama, qwen2, qwen3, starcoder2)"),
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("(llama, qwen2, qwen3, starcoder2, gemma)"),
             std::string::npos);
 }
 
@@ -118,6 +118,26 @@ TEST(ModelConfig, ParsesHfStarCoder2) {
   EXPECT_FALSE(c.qkv_bias || c.o_bias || c.mlp_bias);
   j["hidden_act"] = "silu";
   EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("gelu_pytorch_tanh"),
+            std::string::npos);
+}
+
+TEST(ModelConfig, ParsesHfGemma) {
+  nlohmann::json j = llama_json();
+  j["model_type"] = "gemma";
+  j["hidden_act"] = "gelu";
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["head_dim"] = 32;
+  j.erase("tie_word_embeddings");  // Gemma ties by default
+  j.erase("rope_scaling");
+  ModelConfig c = config_from_hf_json(j, "cfg");
+  EXPECT_EQ(c.arch, ModelArch::Gemma);
+  EXPECT_EQ(c.mlp, MlpKind::GeGlu);
+  EXPECT_TRUE(c.embed_scale);
+  EXPECT_FLOAT_EQ(c.norm_weight_offset, 1.0f);  // HF stores w for x^ (1 + w)
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(c.q_dim(), 128);
+  j["hidden_activation"] = "relu";
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("\"relu\""),
             std::string::npos);
 }
 

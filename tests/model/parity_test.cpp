@@ -59,7 +59,7 @@ class TinyModels : public ::testing::Test {
     ref_.clear();
   }
 
-  // The tiny model of a kind ("llama", "qwen2", "qwen3", "starcoder2") and dtype ("f32", "bf16"), generated on first
+  // The tiny model of a kind ("llama", "qwen2", "qwen3", "starcoder2", "gemma") and dtype ("f32", "bf16"), generated on first
   // use (ctest runs each test in its own process). The bf16 llama is sharded: it exercises
   // model.safetensors.index.json.
   static std::string folder(const std::string& kind, const std::string& dt) {
@@ -109,7 +109,7 @@ std::vector<int32_t> TinyModels::tokens_;
 std::map<std::string, std::vector<float>> TinyModels::ref_;
 
 TEST_F(TinyModels, ReferenceIsNonTrivial) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2"}) {
+  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
     const std::vector<float>& r = ref(folder(kind, "f32"));
     ASSERT_EQ(r.size(), tokens_.size() * 300) << kind;
     EXPECT_GT(max_abs(r), 1.0f) << kind;
@@ -117,20 +117,20 @@ TEST_F(TinyModels, ReferenceIsNonTrivial) {
 }
 
 TEST_F(TinyModels, FolderMatchesReference) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2"})
+  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"})
     for (const char* dt : {"f32", "bf16"})
       EXPECT_LE(diff_to_ref(folder(kind, dt), folder(kind, dt)), 1e-4f) << kind << " " << dt;
 }
 
 TEST_F(TinyModels, GgufF32MatchesReference) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2"}) {
+  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
     std::string gguf = convert(folder(kind, "f32"), DType::F32);
     EXPECT_LE(diff_to_ref(gguf, folder(kind, "f32")), 1e-4f) << kind;
   }
 }
 
 TEST_F(TinyModels, GgufBf16FromBf16WeightsMatchesReference) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2"}) {
+  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
     std::string gguf = convert(folder(kind, "bf16"), DType::BF16);
     EXPECT_LE(diff_to_ref(gguf, folder(kind, "bf16")), 1e-4f) << kind;
   }
@@ -140,7 +140,7 @@ TEST_F(TinyModels, GgufBf16FromBf16WeightsMatchesReference) {
 // about 8 per block of 32, and the Q8_0 kernels also round activations to int8 blocks (as
 // llama.cpp does), which dominates on these tiny models (sharp attention, rows of 64).
 TEST_F(TinyModels, GgufF16AndQ8_0WithinQuantizationError) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2"}) {
+  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
     const float scale = max_abs(ref(folder(kind, "f32")));
     std::string f16 = convert(folder(kind, "f32"), DType::F16);
     EXPECT_LE(diff_to_ref(f16, folder(kind, "f32")), 5e-3f * scale) << kind;
@@ -256,6 +256,10 @@ void write_dequantized_folder(const std::string& gguf_path, const std::string& h
                         &orig[(h * hd + j * half + i) * cols]);
       f = orig;
     }
+    // Gemma: the GGUF holds 1 + w for the norms whose HF weight is w.
+    const bool rms_weight = hname.ends_with("layernorm.weight") || hname == "model.norm.weight";
+    if (rms_weight && c.norm == NormKind::Rms)
+      for (float& v : f) v -= c.norm_weight_offset;
     out.push_back({hname, DType::F32, t.shape,
                    std::string(reinterpret_cast<const char*>(f.data()), f.size() * sizeof(float))});
   }
@@ -269,7 +273,7 @@ void write_dequantized_folder(const std::string& gguf_path, const std::string& h
 // lose nothing beyond the weight quantization. With the fast kernels what remains is their
 // int8 rounding of activations.
 TEST_F(TinyModels, GgufQ8_0MatchesReferenceOnDequantizedWeights) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2"}) {
+  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
     std::string q8 = convert(folder(kind, "f32"), DType::Q8_0);
     std::string deq = *dir_ / (std::string(kind) + "-deq-q8_0");
     write_dequantized_folder(q8, folder(kind, "f32"), deq);
@@ -287,7 +291,7 @@ class Batching : public TinyModels {};
 // Two sequences of different lengths in one step, slots interleaved (A: 2p, B: 2p + 1), tokens
 // shuffled in the batch, equal the sequences run separately.
 TEST_F(Batching, TwoSequencesInOneStepEqualSeparateRuns) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2"}) {
+  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
     auto m = Model::load(folder(kind, "f32"), two_threads());
     std::vector<int32_t> a = prompt(13, 300, 1), b = prompt(7, 300, 2);
     std::vector<float> want_a = all_logits(*m, a), want_b = all_logits(*m, b);
