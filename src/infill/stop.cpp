@@ -39,6 +39,7 @@ std::vector<int32_t> infill_stop_tokens(const Tokenizer& tok, const FimFormat& f
   const FimTokens& f = tok.fim();
   std::vector<int32_t> ids = {tok.eos(),  f.eot,   f.pad,   f.repo_name,
                               f.file_sep, fmt.pre, fmt.suf, fmt.mid};
+  ids.insert(ids.end(), tok.end_of_generation().begin(), tok.end_of_generation().end());
   ids.insert(ids.end(), extra_ids.begin(), extra_ids.end());
   std::erase_if(ids, [&](int32_t id) { return id < 0 || id >= tok.vocab_size(); });
   std::sort(ids.begin(), ids.end());

@@ -37,7 +37,9 @@
 
 namespace efim {
 
-// Sorted, unique, without -1.
+// The tokens that end an infill: eos, the FIM eot / pad / repo-name / file-separator tokens and
+// sentinels, every end-of-generation token of the vocabulary (Tokenizer::end_of_generation:
+// Qwen2.5-Coder's <|im_end|> beside <|endoftext|>), and extra_ids. Sorted, unique, without -1.
 std::vector<int32_t> infill_stop_tokens(const Tokenizer& tok, const FimFormat& fmt,
                                         std::span<const int32_t> extra_ids = {});
 

@@ -16,16 +16,27 @@ struct FimNames {
 };
 const std::vector<FimNames>& fim_names() {
   static const std::vector<FimNames> names = {
-      {&FimTokens::prefix, {"<fim_prefix>", "<|fim_prefix|>", "<｜fim▁begin｜>", "<PRE>"}},
-      {&FimTokens::suffix, {"<fim_suffix>", "<|fim_suffix|>", "<｜fim▁hole｜>", "<SUF>"}},
-      {&FimTokens::middle, {"<fim_middle>", "<|fim_middle|>", "<｜fim▁end｜>", "<MID>"}},
+      // CodeLlama's SentencePiece vocabulary spells them with the word-start mark "▁".
+      {&FimTokens::prefix, {"<fim_prefix>", "<|fim_prefix|>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>"}},
+      {&FimTokens::suffix, {"<fim_suffix>", "<|fim_suffix|>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>"}},
+      {&FimTokens::middle, {"<fim_middle>", "<|fim_middle|>", "<｜fim▁end｜>", "<MID>", "▁<MID>"}},
       {&FimTokens::pad, {"<fim_pad>", "<|fim_pad|>"}},
       {&FimTokens::repo_name, {"<|repo_name|>", "<repo_name>"}},
-      {&FimTokens::file_sep, {"<|file_sep|>", "<file_sep>"}},
-      {&FimTokens::eot, {"<EOT>", "<|endoftext|>", "<｜end▁of▁sentence｜>", "<|eot_id|>"}},
+      {&FimTokens::file_sep, {"<|file_sep|>", "<file_sep>", "<|file_separator|>"}},
+      {&FimTokens::eot,
+       {"<EOT>", "▁<EOT>", "<|endoftext|>", "<｜end▁of▁sentence｜>", "<|eot_id|>"}},
   };
   return names;
 }
+
+// Spellings that end a generation in the families efim serves (llama.cpp's end-of-generation
+// list): Qwen's chat end <|im_end|> next to <|endoftext|>, Llama 3's <|eot_id|> and
+// <|end_of_text|>, Gemma's <end_of_turn> and CodeGemma's <|file_separator|>, CodeLlama's
+// <EOT>, DeepSeek's end of sentence, SentencePiece's </s>.
+constexpr std::string_view kEndSpellings[] = {
+    "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>",
+    "<|end|>", "<end_of_turn>", "<|file_separator|>", "<EOT>", "▁<EOT>",
+    "<｜end▁of▁sentence｜>", "</s>", "<|fim_pad|>", "<fim_pad>"};
 
 }  // namespace
 
@@ -130,6 +141,15 @@ void Tokenizer::detect_fim() {
   for (const auto& a : added_) {
     types_[a.id] = a.special ? kTokenControl : kTokenUserDefined;
   }
+  // End of generation, once the token types are final.
+  eog_.clear();
+  for (int32_t id : {eos_, fim_.eot})
+    if (id >= 0) eog_.push_back(id);
+  // Only control tokens: Qwen's vocabulary also has "</s>" as ordinary text (HTML).
+  for (std::string_view name : kEndSpellings)
+    if (auto id = token_id(name); id && types_[*id] == kTokenControl) eog_.push_back(*id);
+  std::sort(eog_.begin(), eog_.end());
+  eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
 }
 
 Tokenizer::Matcher Tokenizer::make_matcher(bool normalized, bool with_special) const {

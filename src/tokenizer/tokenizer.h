@@ -87,6 +87,11 @@ class Tokenizer {
   int32_t pad() const { return pad_; }
   bool add_bos_default() const { return add_bos_; }
   const FimTokens& fim() const { return fim_; }
+  // Every token that ends a generation, as llama.cpp's end-of-generation set: eos, the FIM eot,
+  // and the families' end spellings present in the vocabulary (<|endoftext|>, <|im_end|>,
+  // <|eot_id|>, <|end_of_text|>, <end_of_turn>, <EOT>, ▁<EOT>, <|file_separator|>, ...).
+  // Sorted, unique.
+  const std::vector<int32_t>& end_of_generation() const { return eog_; }
   // GGUF `tokenizer.ggml.pre` name of the pre-tokenizer ("" when it has none).
   std::string_view pre_name() const { return pre_name_; }
   bool nfc() const { return nfc_; }
@@ -127,6 +132,7 @@ class Tokenizer {
   int32_t bos_ = -1, eos_ = -1, pad_ = -1;
   bool add_bos_ = false;
   FimTokens fim_;
+  std::vector<int32_t> eog_;
 };
 
 // Turns ids into text as they are generated, emitting only whole UTF-8 characters: bytes of an

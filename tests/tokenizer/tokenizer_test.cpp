@@ -76,6 +76,15 @@ TEST(Fim, DetectedPerVocabulary) {
   EXPECT_EQ(l.eot, 128009);  // <|eot_id|>
 }
 
+// llama.cpp's end-of-generation set: Qwen's vocabulary (the family of Qwen2.5-Coder) ends at
+// <|im_end|> as well as at <|endoftext|> and <|fim_pad|>; Llama 3 at <|eot_id|> and
+// <|end_of_text|>; efim-base-py at its one <|endoftext|> and <fim_pad>.
+TEST(Fim, EndOfGenerationPerVocabulary) {
+  EXPECT_EQ(qwen3_tok().end_of_generation(), (std::vector<int32_t>{151643, 151645, 151662}));
+  EXPECT_EQ(llama3_tok().end_of_generation(), (std::vector<int32_t>{128001, 128009}));
+  EXPECT_EQ(efim_tok().end_of_generation(), (std::vector<int32_t>{0, 4}));
+}
+
 TEST(Loader, IdsAndFamiliesFromJson) {
   const Tokenizer& e = efim_tok();
   EXPECT_EQ(e.vocab_size(), 16384);
