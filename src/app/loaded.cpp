@@ -29,12 +29,13 @@ Tokenizer load_tokenizer(const std::string& path) {
 }
 
 ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
-                                     DType dtype, bool progress_bar,
+                                     ConvertType type, bool progress_bar,
                                      const std::function<void(GgufWriter&)>& extra) {
   ConvertOptions opts;
   opts.input_dir = hf_dir;
   opts.output_path = gguf_path;
-  opts.out_dtype = dtype;
+  opts.out_dtype = type.dtype;
+  opts.more_bits_mix = type.more_bits_mix;
   Tokenizer tok = load_tokenizer(hf_dir);
   opts.tokenizer_writer = [&tok, &extra](GgufWriter& w) {
     tok.write_gguf_metadata(w);

@@ -23,10 +23,10 @@ struct LoadedModel {
 LoadedModel load_model(const std::string& path, int n_threads);
 
 // A HF folder (config.json, safetensors, tokenizer.json) as a GGUF with the tokenizer's
-// metadata, matrices in `dtype`, with a progress bar when `progress_bar` is set; `extra` may
+// metadata, matrices as `type` says, with a progress bar when `progress_bar` is set; `extra` may
 // set more metadata after the model's and the tokenizer's.
 ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
-                                     DType dtype, bool progress_bar,
+                                     ConvertType type, bool progress_bar,
                                      const std::function<void(GgufWriter&)>& extra = {});
 
 // Reads --text or --file (exactly one must be given).

@@ -24,6 +24,28 @@ void permute_rope_rows(float* rows, int64_t n_heads, int64_t head_dim, int64_t c
   }
 }
 
+bool use_more_bits(int64_t i, int64_t n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+ConvertType convert_type_from_name(std::string_view name) {
+  constexpr const char* kNames =
+      "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m";
+  if (name == "q4_k_m") return {DType::Q4_K, true};
+  if (name == "q5_k_m") return {DType::Q5_K, true};
+  DType t;
+  try {
+    t = dtype_from_name(name);
+  } catch (const Error&) {
+    fail("convert: unknown type '", name, "' (expected one of ", kNames, ")");
+  }
+  EFIM_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
+                 t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
+                 t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K,
+             "convert: cannot write ", name, " (expected one of ", kNames, ")");
+  return {t, false};
+}
+
 namespace {
 
 // One tensor to write: its HF source name, GGUF name, and Q/K permutation heads (0: none);
@@ -34,6 +56,9 @@ struct Job {
   int64_t permute_heads = 0;
   bool embedding_or_output = false;
   float add = 0.0f;
+  bool output = false;   // the output matrix, or the embedding when the head is tied to it
+  int64_t layer = -1;
+  bool more_bits_role = false;  // attn_v or ffn_down: a _M mix gives these Q6_K in some layers
 };
 
 std::vector<Job> plan_jobs(const ModelConfig& c) {
@@ -43,10 +68,14 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
   const bool permute = arch_traits(c.arch).gguf_rope == RopePairing::Interleaved;
   std::vector<Job> jobs;
   jobs.push_back({TensorNames::embed(hf), TensorNames::embed(gg), 0, true});
+  jobs.back().output = c.tied_embeddings;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     auto add = [&](const char* role, const char* suffix, int64_t heads) {
       jobs.push_back({TensorNames::layer(hf, l, role, suffix),
                       TensorNames::layer(gg, l, role, suffix), permute ? heads : 0, false});
+      jobs.back().layer = l;
+      const std::string_view r = role;
+      jobs.back().more_bits_role = r == "v" || r == "down" || r == "proj";
     };
     const bool layer_norm = c.norm == NormKind::Layer;
     add("attn_norm", "weight", 0);
@@ -84,21 +113,45 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
                   c.norm_weight_offset});
   if (c.norm == NormKind::Layer)
     jobs.push_back({"model.norm.bias", "output_norm.bias", 0, false});
-  if (!c.tied_embeddings)
+  if (!c.tied_embeddings) {
     jobs.push_back({TensorNames::output(hf), TensorNames::output(gg), 0, true});
+    jobs.back().output = true;
+  }
   return jobs;
 }
 
-DType choose_dtype(const ConvertOptions& o, const Job& job, const TensorView& t) {
-  if (t.shape.size() != 2) return DType::F32;  // norms and biases
-  const bool quantized = o.out_dtype == DType::Q8_0 || o.out_dtype == DType::Q4_0;
-  if (!quantized) return o.out_dtype;
-  if (t.shape[1] % kQBlock != 0) return DType::F16;
-  if (o.out_dtype == DType::Q4_0 && job.embedding_or_output) return DType::Q8_0;
-  return o.out_dtype;
+bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+
+// llama.cpp's fallback for rows that are not whole blocks of the chosen type.
+DType fallback(DType t) {
+  switch (t) {
+    case DType::Q4_K:
+      return DType::Q5_0;
+    case DType::Q5_K:
+      return DType::Q5_1;
+    case DType::Q6_K:
+      return DType::Q8_0;
+    default:
+      return DType::F16;
+  }
 }
 
-uint32_t ggml_file_type(DType t) {  // llama_ftype: ALL_F32, MOSTLY_F16, Q4_0, Q8_0, BF16
+DType choose_dtype(const ConvertOptions& o, const ModelConfig& c, const Job& job,
+                   const TensorView& t) {
+  if (t.shape.size() != 2) return DType::F32;  // norms and biases
+  if (!is_quantized(o.out_dtype)) return o.out_dtype;
+  DType want = o.out_dtype;
+  // The output matrix (or the tied embedding) keeps more bits, as llama.cpp's quantizer does.
+  if (want != DType::Q8_0 && job.output) want = DType::Q6_K;
+  if (is_k_quant(want) && o.more_bits_mix && job.more_bits_role &&
+      use_more_bits(job.layer, c.n_layers))
+    want = DType::Q6_K;
+  while (is_quantized(want) && t.shape[1] % dtype_info(want).block_elems != 0)
+    want = fallback(want);
+  return want;
+}
+
+uint32_t ggml_file_type(DType t, bool mix) {  // llama_ftype (llama.h)
   switch (t) {
     case DType::F32:
       return 0;
@@ -106,8 +159,20 @@ uint32_t ggml_file_type(DType t) {  // llama_ftype: ALL_F32, MOSTLY_F16, Q4_0, Q
       return 1;
     case DType::Q4_0:
       return 2;
+    case DType::Q4_1:
+      return 3;
     case DType::Q8_0:
       return 7;
+    case DType::Q5_0:
+      return 8;
+    case DType::Q5_1:
+      return 9;
+    case DType::Q4_K:
+      return mix ? 15 : 14;  // Q4_K_M, else Q4_K_S
+    case DType::Q5_K:
+      return mix ? 17 : 16;
+    case DType::Q6_K:
+      return 18;
     default:
       return 32;  // BF16
   }
@@ -118,10 +183,7 @@ uint32_t ggml_file_type(DType t) {  // llama_ftype: ALL_F32, MOSTLY_F16, Q4_0, Q
 ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   namespace fs = std::filesystem;
   const DType out = o.out_dtype;
-  EFIM_CHECK(out == DType::F32 || out == DType::F16 || out == DType::BF16 || out == DType::Q8_0 ||
-                 out == DType::Q4_0,
-             "convert: output dtype ", dtype_name(out),
-             " not supported (f32, f16, bf16, q8_0, q4_0)");
+  convert_type_from_name(dtype_name(out));  // Error for dtypes the converter cannot write
   ModelConfig c = config_from_hf_file((fs::path(o.input_dir) / "config.json").string());
   auto src = SafetensorsFolder::open(o.input_dir);
   bind_weights(c, *src, WeightNaming::HF);  // checks every shape and dtype up front
@@ -133,7 +195,7 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   GgufWriter w;
   write_gguf_metadata(c, w);
   w.set_string("general.name", fs::path(o.input_dir).filename().string());
-  w.set_u32("general.file_type", ggml_file_type(out));
+  w.set_u32("general.file_type", ggml_file_type(out, o.more_bits_mix));
   if (c.bos_token >= 0)
     w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_token));
   if (!c.eos_tokens.empty())
@@ -166,7 +228,7 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
     if (job.permute_heads > 0) permute_rope_rows(f32.data(), job.permute_heads, c.head_dim, cols);
     if (job.add != 0.0f)
       for (float& v : f32) v += job.add;
-    const DType dt = choose_dtype(o, job, t);
+    const DType dt = choose_dtype(o, c, job, t);
     std::vector<uint8_t> bytes = quantize(f32.data(), t.numel(), dt);
     w.add_tensor(job.gguf, dt, t.shape, bytes.data(), bytes.size());
     res.tensor_bytes += bytes.size();

@@ -140,7 +140,8 @@ void dequantize_row_q4_k(const BlockQ4_K* in, int64_t n, float* out);
 void q4k_scale_min(const uint8_t scales[12], int s, uint8_t* scale, uint8_t* min);
 
 // ---- whole tensors of n elements (rows concatenated; n a multiple of the block size) ----
-// quantize supports F32, F16, BF16, Q8_0 and Q4_0 targets.
+// quantize supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (ggml's reference rounding)
+// and Q4_K, Q5_K, Q6_K (a scale search of efim's own, quant_k.cpp) targets.
 std::vector<uint8_t> quantize(const float* x, int64_t n, DType t);
 // dequantize supports every dtype except I32 and I8 (Error for those); data holds
 // dtype_row_bytes(t, n) bytes. Each block type's formula is the one ggml's dequantizer uses,

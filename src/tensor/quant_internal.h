@@ -12,4 +12,8 @@ namespace efim {
 // the caller).
 bool dequantize_more_blocks(const void* in, int64_t n, DType t, float* out);
 
+// Quantizes n elements (whole blocks, checked by the caller) into Q4_K, Q5_K, Q6_K, Q4_1, Q5_0
+// or Q5_1 (quant_k.cpp); false for any other dtype.
+bool quantize_more_blocks(const float* x, int64_t n, DType t, void* out);
+
 }  // namespace efim

@@ -81,7 +81,8 @@ std::vector<uint8_t> random_blocks(DType t, int64_t n_elems, uint32_t seed) {
 
 bool has_quantizer(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
-         t == DType::Q4_0;
+         t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
+         t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 
 struct Problem {
@@ -364,6 +365,47 @@ TEST(QuantInt, IntegerFormsReproduceDequantize) {
                       << ", dequantize " << ref[i];
     }
     EXPECT_EQ(bad, 0) << dtype_name(t);
+  }
+}
+
+// Q6_K stores q in 0..63 for the level q - 32; the kernels fold the 32 into a min term. Weights
+// near level 0 (q ~ 32) against large activations make the two integer sums large and nearly
+// equal: they must be subtracted as integers, not as floats (a regression: 0.05 logit error on
+// a model whose ffn_down had such rows).
+TEST(MatmulInt8, Q6KFoldedOffsetIsExactOnCancellingSums) {
+  const int64_t k = 1024, n = 16;
+  std::mt19937 rng(7);
+  std::vector<uint8_t> w(n * dtype_row_bytes(DType::Q6_K, k));
+  auto* blocks = reinterpret_cast<BlockQ6_K*>(w.data());
+  for (int64_t b = 0; b < n * k / 256; ++b) {
+    BlockQ6_K& blk = blocks[b];
+    std::memset(blk.ql, 0, sizeof blk.ql);
+    std::memset(blk.qh, 0xaa, sizeof blk.qh);  // high bits 2 in every pair: q = 32 (level 0)
+    if (b % (k / 256) == 0) blk.ql[rng() % 128] = 0x01;  // one level +1 per row
+    for (auto& sc : blk.scales) sc = static_cast<int8_t>(101 + 2 * (rng() % 13));  // odd, large
+    blk.d = f32_to_f16(0.01f);
+  }
+  // Activations with a large common offset (as after a gated activation): every int8 quant is
+  // near 127, so each sub-block's sum of q * qa is ~32 * 16 * 120, times sc ~120, times 16.
+  std::vector<float> x(k), ref(n), y(n), wrow(k);
+  for (auto& v : x) v = 40.0f + static_cast<float>(rng() % 1000) / 200.0f;
+  const WeightMatrix wm{DType::Q6_K, n, k, w.data()};
+  // Reference on the activations as the kernels quantize them (Q8_K), in double: what remains
+  // is only the kernels' own arithmetic.
+  QuantizedRowsK a;
+  a.resize(1, k);
+  quantize_row_k_scalar(x.data(), 0, a);
+  for (int64_t r = 0; r < n; ++r) {
+    dequantize_row(wm, r, wrow.data());
+    double dot = 0;
+    for (int64_t j = 0; j < k; ++j) dot += static_cast<double>(wrow[j]) * a.d[j / 256] * a.q[j];
+    ref[r] = static_cast<float>(dot);
+  }
+  for (CpuKernel kernel : variants()) {
+    ThreadPool pool(1);
+    matmul(pool, x.data(), 1, wm, y.data(), kernel);
+    for (int64_t r = 0; r < n; ++r)
+      EXPECT_NEAR(y[r], ref[r], 1e-5 * std::fabs(ref[r]) + 1e-3) << kernel_name(kernel) << " row " << r;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -273,6 +274,53 @@ TEST(QuantOracle, EveryBlockTypeDequantizesAsGgml) {
       norm += x[i] * x[i];
     }
     EXPECT_LT(std::sqrt(err / norm), c.max_rel_rms);
+  }
+}
+
+// efim's own quantizers: Q4_1, Q5_0, Q5_1 byte for byte as ggml's reference quantizers; the
+// K-quants (a search of efim's own) with bytes that ggml dequantizes to efim's values and an
+// error within 3% of ggml's quantizer on the same data.
+TEST(QuantOracle, OwnQuantizersMatchOrRivalGgml) {
+  const Ggml* g = load_ggml();
+  ASSERT_NE(g, nullptr);
+  const int64_t rows = 8, cols = 1024;
+  auto x = oracle_data(rows, cols);
+  for (auto [t, id] : {std::pair{DType::Q4_1, 3}, std::pair{DType::Q5_0, 6},
+                       std::pair{DType::Q5_1, 7}}) {
+    const auto mine = quantize(x.data(), rows * cols, t);
+    std::vector<uint8_t> ref(mine.size());
+    ASSERT_EQ(g->quantize_chunk(id, x.data(), ref.data(), 0, rows, cols, nullptr), ref.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < ref.size(); ++i) differ += mine[i] != ref[i];
+    EXPECT_EQ(differ, 0u) << dtype_name(t);
+  }
+  struct K {
+    DType t;
+    int id;
+    const char* dequantizer;
+  };
+  for (const K& k : {K{DType::Q4_K, 12, "dequantize_row_q4_K"}, K{DType::Q5_K, 13, "dequantize_row_q5_K"},
+                     K{DType::Q6_K, 14, "dequantize_row_q6_K"}}) {
+    SCOPED_TRACE(std::string(dtype_name(k.t)));
+    auto dq = reinterpret_cast<Ggml::Dequantize>(dlsym(g->lib, k.dequantizer));
+    ASSERT_NE(dq, nullptr);
+    const auto mine = quantize(x.data(), rows * cols, k.t);
+    std::vector<uint8_t> ref(mine.size());
+    ASSERT_EQ(g->quantize_chunk(k.id, x.data(), ref.data(), 0, rows, cols, nullptr), ref.size());
+    std::vector<float> ours(x.size()), theirs_of_ours(x.size()), theirs(x.size());
+    dequantize(mine.data(), rows * cols, k.t, ours.data());
+    dq(mine.data(), theirs_of_ours.data(), rows * cols);
+    EXPECT_EQ(std::memcmp(ours.data(), theirs_of_ours.data(), ours.size() * sizeof(float)), 0);
+    dq(ref.data(), theirs.data(), rows * cols);
+    double e_ours = 0, e_ggml = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      e_ours += (ours[i] - x[i]) * (ours[i] - x[i]);
+      e_ggml += (theirs[i] - x[i]) * (theirs[i] - x[i]);
+    }
+    std::printf("  %s rms error: efim %.5f, ggml %.5f (ratio %.3f)\n",
+                std::string(dtype_name(k.t)).c_str(), std::sqrt(e_ours / x.size()),
+                std::sqrt(e_ggml / x.size()), std::sqrt(e_ours / e_ggml));
+    EXPECT_LT(std::sqrt(e_ours / e_ggml), 1.03);
   }
 }
 

@@ -10,7 +10,8 @@
 #            Q5_1, IQ4_NL, Q4_0 or Q8_0 on its 384-wide tensors); a 104-token prompt within a
 #            fraction of the spread, and the first 16 greedy tokens equal (or, where they part,
 #            llama.cpp's own two candidates within 0.15 of each other: a near tie).
-# Also checks that each file holds the types it is meant to test.
+# Also checks that each file holds the types it is meant to test, and that `efim convert
+# --dtype q4_k_m|q5_k_m|q6_k|q4_1|q5_0|q5_1` writes llama.cpp's type for every tensor.
 # usage: llama_cpp_quant_parity.sh EFIM_BINARY
 set -euo pipefail
 EFIM=$1
@@ -105,6 +106,45 @@ done
 expect_types "$WORK/base-Q4_K_M.gguf" q4_k q5_0 q6_k q8_0
 expect_types "$WORK/base-Q5_K_M.gguf" q5_k q5_1 q6_k
 expect_types "$WORK/base-IQ4_XS.gguf" iq4_xs iq4_nl
+
+# efim's own writer: `efim convert --dtype q4_k_m ...` of the same HF folder gives every tensor
+# the type llama.cpp's quantizer gives it, llama.cpp loads the file and agrees with efim on it,
+# and its logits are as close to the f32 model's as those of llama.cpp's own file.
+GGUF_PY=$ROOT/.deps/llama.cpp/gguf-py
+same_types() {  # same_types A.gguf B.gguf: per-tensor types equal
+  PYTHONPATH=$GGUF_PY "$PY" - "$1" "$2" <<'EOF'
+import sys
+from gguf import GGUFReader
+a, b = ({t.name: t.tensor_type.name for t in GGUFReader(p).tensors} for p in sys.argv[1:3])
+bad = [(n, a.get(n), b.get(n)) for n in sorted(set(a) | set(b)) if a.get(n) != b.get(n)]
+print(f"  tensor types: {len(a) - len(bad)} of {len(a)} equal" + (f", first differences {bad[:3]}" if bad else ""))
+sys.exit(1 if bad else 0)
+EOF
+}
+# err_ratio OURS.f32 THEIRS.f32 REF.f32: rms(ours - ref) / rms(theirs - ref) <= 1.1
+err_ratio() {
+  "$PY" - "$@" <<'EOF'
+import sys
+import numpy as np
+o, t, r = (np.fromfile(p, dtype=np.float32) for p in sys.argv[1:4])
+ratio = np.sqrt(((o - r) ** 2).mean() / ((t - r) ** 2).mean())
+print(f"  logit error against f32: efim's file / llama.cpp's file = {ratio:.3f}")
+sys.exit(0 if ratio <= 1.1 else 1)
+EOF
+}
+"$EFIM" logits "$WORK/t256-f32.gguf" --tokens "$IDS28" --all --out "$WORK/f32.f32" -t 2 >/dev/null
+for ft in q4_k_m q5_k_m q6_k q4_1 q5_0 q5_1; do
+  FT=$(echo "$ft" | tr a-z A-Z)
+  ours=$WORK/t256-efim-$ft.gguf
+  "$EFIM" convert "$WORK/t256" -o "$ours" --dtype "$ft" >/dev/null || { fail "efim convert --dtype $ft"; continue; }
+  echo "efim convert --dtype $ft:"
+  same_types "$ours" "$WORK/t256-$FT.gguf" || fail "$ft tensor types differ from llama.cpp's"
+  compare "  efim's $ft, 2 tokens" "$ours" 300 "5 6" "--atol 1e-4" 0
+  compare "  efim's $ft, 28 tokens" "$ours" 300 "$IDS28" "--std-tol 0.1" 1
+  "$EFIM" logits "$ours" --tokens "$IDS28" --all --out "$WORK/ours.f32" -t 2 >/dev/null
+  "$EFIM" logits "$WORK/t256-$FT.gguf" --tokens "$IDS28" --all --out "$WORK/theirs.f32" -t 2 >/dev/null
+  err_ratio "$WORK/ours.f32" "$WORK/theirs.f32" "$WORK/f32.f32" || fail "$ft: efim's file is less accurate"
+done
 
 if [ $failures -ne 0 ]; then echo "llama.cpp quant parity: $failures check(s) failed"; exit 1; fi
 echo "llama.cpp quant parity: all checks passed"

@@ -106,7 +106,7 @@ inline __m256i chunk_scale(__m256i sc) {
 
 struct UQ2_K {
   using Block = BlockQ2_K;
-  static constexpr bool kSigned = false, kMins = true, kSub16 = true;
+  static constexpr bool kSigned = false, kMins = true, kSub16 = true, kFolded = false;
   static Scales prepare(const Block& b) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
     const __m128i m4 = _mm_set1_epi8(0x0f);
@@ -120,7 +120,7 @@ struct UQ2_K {
 
 struct UQ3_K {
   using Block = BlockQ3_K;
-  static constexpr bool kSigned = false, kMins = true, kSub16 = true;
+  static constexpr bool kSigned = false, kMins = true, kSub16 = true, kFolded = true;
   // 16 6-bit scales: low 4 bits in the nibbles of words w0, w1 (j < 8 low nibbles, j >= 8
   // high), top 2 bits in bit pair j / 4 of byte j % 4 of w2.
   static Scales prepare(const Block& b) {
@@ -143,7 +143,7 @@ struct UQ3_K {
 
 struct UQ4_K {
   using Block = BlockQ4_K;
-  static constexpr bool kSigned = false, kMins = true, kSub16 = false;
+  static constexpr bool kSigned = false, kMins = true, kSub16 = false, kFolded = false;
   static Scales prepare(const Block& b) {
     Scales s;
     k4_scales(b.scales, s);
@@ -159,7 +159,7 @@ struct UQ4_K {
 
 struct UQ5_K {
   using Block = BlockQ5_K;
-  static constexpr bool kSigned = false, kMins = true, kSub16 = false;
+  static constexpr bool kSigned = false, kMins = true, kSub16 = false, kFolded = false;
   static Scales prepare(const Block& b) {
     Scales s;
     k4_scales(b.scales, s);
@@ -176,7 +176,7 @@ struct UQ5_K {
 
 struct UQ6_K {
   using Block = BlockQ6_K;
-  static constexpr bool kSigned = false, kMins = true, kSub16 = true;
+  static constexpr bool kSigned = false, kMins = true, kSub16 = true, kFolded = true;
   static Scales prepare(const Block& b) {
     const __m256i sc =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
@@ -194,7 +194,7 @@ struct UQ6_K {
 
 struct UIQ4_XS {
   using Block = BlockIQ4_XS;
-  static constexpr bool kSigned = true, kMins = false, kSub16 = false;
+  static constexpr bool kSigned = true, kMins = false, kSub16 = false, kFolded = false;
   static Scales prepare(const Block& b) {
     uint8_t ls[8];
     for (int j = 0; j < 8; ++j)
@@ -245,6 +245,16 @@ inline void superblock_dot(const typename U::Block& wb, const QuantizedRowsK& a,
   for (int i = 0; i < MX; ++i) {
     const size_t at = static_cast<size_t>((i0 + i) * a.ns + s);
     const float dx = a.d[at];
+    if constexpr (U::kFolded) {
+      // q - offset: the two integer sums nearly cancel (q ~ 32 at level 0) and their lanes
+      // hold different elements, so they are summed and subtracted as integers (exact within
+      // int32), then converted once.
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsum.data() + at * 16));
+      const int32_t dot = hsum_epi32(_mm256_sub_epi32(isum[i], _mm256_madd_epi16(sc.mn, bs)));
+      const float v = static_cast<float>(dot) * (sc.d * dx);
+      acc[i] = _mm256_add_ps(acc[i], _mm256_setr_ps(v, 0, 0, 0, 0, 0, 0, 0));
+      continue;
+    }
     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(sc.d * dx), acc[i]);
     if constexpr (U::kMins) {
       const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsum.data() + at * 16));

@@ -106,7 +106,10 @@ float dot_superblock_row(const std::vector<IntSuperBlock>& w, const QuantizedRow
       msum += b.mn[j] * bsum[j];
     }
     const float dx = a.d[static_cast<size_t>(i * a.ns + s)];
-    acc += static_cast<float>(isum) * (b.d * dx) - static_cast<float>(msum) * (b.dmin * dx);
+    if (b.folded)
+      acc += static_cast<float>(isum - msum) * (b.d * dx);
+    else
+      acc += static_cast<float>(isum) * (b.d * dx) - static_cast<float>(msum) * (b.dmin * dx);
   }
   return acc;
 }

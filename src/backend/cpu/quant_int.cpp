@@ -55,6 +55,7 @@ bool is_block32_type(DType t) {
 }
 
 void decode_superblock(DType t, const uint8_t* row, int64_t b, IntSuperBlock& o) {
+  o.folded = t == DType::Q3_K || t == DType::Q6_K;
   switch (t) {
     case DType::Q2_K: {
       const auto& k = block_at<BlockQ2_K>(row, b);

@@ -27,6 +27,9 @@ struct IntSuperBlock {
   int16_t sc[16];  // Q6_K -128..127, Q3_K -32..31, IQ4_XS -32..31, Q4_K / Q5_K 0..63, Q2_K 0..15
   int16_t mn[16];  // Q6_K 32 sc, Q3_K 4 sc, Q2_K / Q4_K / Q5_K their mins, IQ4_XS 0
   float d = 0, dmin = 0;
+  // dmin == d and the mins are the folded offset (Q6_K, Q3_K): kernels subtract the two integer
+  // sums before converting to float, since they nearly cancel (q - 32 around 0 is q around 32).
+  bool folded = false;
 };
 
 // x_i = d * (q[i] - o) + m.

@@ -1,0 +1,303 @@
+// Quantizers for the K-quant types efim writes (Q4_K, Q5_K, Q6_K) and the 32-element types
+// llama.cpp's mixes fall back to (Q4_1, Q5_0, Q5_1). Layouts in tensor/quant.h.
+//
+// K-quants, per super-block of 256:
+//   1. Each sub-block gets a float scale (and, for Q4_K / Q5_K, a min) by a small search: for a
+//      few candidate scales around range / nmax, round every element to its level, refit scale
+//      (and min) to those levels by weighted least squares, keep the fit with the lowest
+//      weighted squared error. Weights w_i = rms(x) + |x_i| favour the large elements a dot
+//      product depends on most.
+//   2. The sub-block scales (and mins) are quantized against one super-scale each (6 bits for
+//      Q4_K / Q5_K, signed 8 bits for Q6_K).
+//   3. Every element is rounded once more against its quantized scale and min.
+// Not byte-equal to llama.cpp's quantizer (its search differs in detail); its errors are tested
+// against ggml's on the same data (tests/backend/quant_test.cpp).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "tensor/quant.h"
+#include "tensor/quant_internal.h"
+
+namespace efim {
+
+namespace {
+
+int round_clamp(float v, int lo, int hi) {
+  return std::clamp(static_cast<int>(std::lround(v)), lo, hi);
+}
+
+float rms_of(const float* x, int n) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(std::sqrt(ss / n));
+}
+
+// Unsigned levels 0..nmax with x ~= scale * l - m (m >= 0): the search of step 1.
+struct ScaleMin {
+  float scale = 0, m = 0;
+};
+ScaleMin fit_scale_min(const float* x, const float* w, int n, int nmax) {
+  float lo = *std::min_element(x, x + n), hi = *std::max_element(x, x + n);
+  lo = std::min(lo, 0.0f);  // the min term only subtracts: x = scale * l - m with m >= 0
+  if (hi <= lo) return {0.0f, -lo};
+  ScaleMin best{(hi - lo) / nmax, -lo};
+  double best_err = INFINITY;
+  for (int step = -10; step <= 10; ++step) {
+    const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(step)) / (hi - lo);
+    // Levels for this candidate, then the weighted least-squares (scale, offset) through them.
+    double sw = 0, sl = 0, sll = 0, sx = 0, slx = 0;
+    for (int i = 0; i < n; ++i) {
+      const double l = round_clamp(iscale * (x[i] - lo), 0, nmax);
+      sw += w[i];
+      sl += w[i] * l;
+      sll += w[i] * l * l;
+      sx += w[i] * x[i];
+      slx += w[i] * l * x[i];
+    }
+    const double det = sw * sll - sl * sl;
+    if (det <= 0) continue;
+    double scale = (sw * slx - sx * sl) / det;
+    double offset = (sll * sx - sl * slx) / det;  // x ~= scale * l + offset
+    if (offset > 0) {  // the offset must be a subtracted min: refit with offset 0
+      offset = 0;
+      scale = slx / sll;
+    }
+    if (scale <= 0) continue;
+    double err = 0;
+    for (int i = 0; i < n; ++i) {
+      const double l = round_clamp(iscale * (x[i] - lo), 0, nmax);
+      const double e = scale * l + offset - x[i];
+      err += w[i] * e * e;
+    }
+    if (err < best_err) {
+      best_err = err;
+      best = {static_cast<float>(scale), static_cast<float>(-offset)};
+    }
+  }
+  return best;
+}
+
+// Signed levels -nmax..nmax-1 with x ~= scale * l: the search of step 1 for Q6_K.
+float fit_scale_signed(const float* x, const float* w, int n, int nmax) {
+  float amax = 0, max = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  if (amax == 0) return 0.0f;
+  float best = -max / static_cast<float>(nmax);
+  double best_err = INFINITY;
+  for (int step = -9; step <= 9; ++step) {
+    const float iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(step)) / max;
+    double slx = 0, sll = 0;
+    for (int i = 0; i < n; ++i) {
+      const double l = round_clamp(iscale * x[i], -nmax, nmax - 1);
+      slx += w[i] * l * x[i];
+      sll += w[i] * l * l;
+    }
+    if (sll <= 0) continue;
+    const double scale = slx / sll;
+    double err = 0;
+    for (int i = 0; i < n; ++i) {
+      const double l = round_clamp(iscale * x[i], -nmax, nmax - 1);
+      const double e = scale * l - x[i];
+      err += w[i] * e * e;
+    }
+    if (err < best_err) {
+      best_err = err;
+      best = static_cast<float>(scale);
+    }
+  }
+  return best;
+}
+
+// Inverse of q4k_scale_min: 8 6-bit scales and mins into 12 bytes.
+void pack_k4_scales(const uint8_t sc[8], const uint8_t mn[8], uint8_t out[12]) {
+  for (int s = 0; s < 4; ++s) {
+    out[s] = static_cast<uint8_t>(sc[s] | ((sc[s + 4] >> 4) << 6));
+    out[s + 4] = static_cast<uint8_t>(mn[s] | ((mn[s + 4] >> 4) << 6));
+    out[s + 8] = static_cast<uint8_t>((sc[s + 4] & 0x0f) | ((mn[s + 4] & 0x0f) << 4));
+  }
+}
+
+// Steps 1-3 for Q4_K (nmax 15) and Q5_K (nmax 31): levels q[256], packed scales, d, dmin.
+void quantize_k4_superblock(const float* x, int nmax, uint8_t q[256], uint8_t scales[12],
+                            uint16_t& d_out, uint16_t& dmin_out) {
+  const float av = rms_of(x, 256);
+  float w[32];
+  ScaleMin fit[8];
+  float max_scale = 0, max_m = 0;
+  for (int s = 0; s < 8; ++s) {
+    for (int i = 0; i < 32; ++i) w[i] = av + std::fabs(x[32 * s + i]);
+    fit[s] = fit_scale_min(x + 32 * s, w, 32, nmax);
+    max_scale = std::max(max_scale, fit[s].scale);
+    max_m = std::max(max_m, fit[s].m);
+  }
+  const float d = max_scale / 63.0f, dmin = max_m / 63.0f;
+  d_out = f32_to_f16(d);
+  dmin_out = f32_to_f16(dmin);
+  const float dq = f16_to_f32(d_out), dminq = f16_to_f32(dmin_out);  // what readers see
+  uint8_t sc[8], mn[8];
+  for (int s = 0; s < 8; ++s) {
+    sc[s] = static_cast<uint8_t>(dq > 0 ? round_clamp(fit[s].scale / dq, 0, 63) : 0);
+    mn[s] = static_cast<uint8_t>(dminq > 0 ? round_clamp(fit[s].m / dminq, 0, 63) : 0);
+    const float step = dq * sc[s], off = dminq * mn[s];
+    for (int i = 0; i < 32; ++i)
+      q[32 * s + i] = static_cast<uint8_t>(
+          step > 0 ? round_clamp((x[32 * s + i] + off) / step, 0, nmax) : 0);
+  }
+  pack_k4_scales(sc, mn, scales);
+}
+
+void quantize_q4_k(const float* x, int64_t nb, BlockQ4_K* out) {
+  for (int64_t b = 0; b < nb; ++b, x += 256) {
+    uint8_t q[256];
+    BlockQ4_K& o = out[b];
+    quantize_k4_superblock(x, 15, q, o.scales, o.d, o.dmin);
+    for (int c = 0; c < 4; ++c)  // 64 elements: low nibbles, then high nibbles
+      for (int l = 0; l < 32; ++l)
+        o.qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+  }
+}
+
+void quantize_q5_k(const float* x, int64_t nb, BlockQ5_K* out) {
+  for (int64_t b = 0; b < nb; ++b, x += 256) {
+    uint8_t q[256];
+    BlockQ5_K& o = out[b];
+    quantize_k4_superblock(x, 31, q, o.scales, o.d, o.dmin);
+    std::memset(o.qh, 0, sizeof o.qh);
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) {
+        const int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
+        o.qs[32 * c + l] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+        o.qh[l] = static_cast<uint8_t>(o.qh[l] | ((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+      }
+    }
+  }
+}
+
+void quantize_q6_k(const float* x, int64_t nb, BlockQ6_K* out) {
+  for (int64_t b = 0; b < nb; ++b, x += 256) {
+    BlockQ6_K& o = out[b];
+    const float av = rms_of(x, 256);
+    float w[16], scale[16];
+    float amax = 0, max = 0;
+    for (int j = 0; j < 16; ++j) {
+      for (int i = 0; i < 16; ++i) w[i] = av + std::fabs(x[16 * j + i]);
+      scale[j] = fit_scale_signed(x + 16 * j, w, 16, 32);
+      if (std::fabs(scale[j]) > amax) {
+        amax = std::fabs(scale[j]);
+        max = scale[j];
+      }
+    }
+    // Signed sub-scales against one super-scale: the largest maps to -128 (ggml's convention
+    // keeps the int8 range's extra negative step for it).
+    const float d = max != 0 ? -max / 128.0f : 0.0f;
+    o.d = f32_to_f16(d);
+    const float dq = f16_to_f32(o.d);
+    uint8_t q[256];
+    for (int j = 0; j < 16; ++j) {
+      o.scales[j] = static_cast<int8_t>(dq != 0 ? round_clamp(scale[j] / dq, -128, 127) : 0);
+      const float step = dq * o.scales[j];
+      for (int i = 0; i < 16; ++i)
+        q[16 * j + i] = static_cast<uint8_t>(
+            (step != 0 ? round_clamp(x[16 * j + i] / step, -32, 31) : 0) + 32);
+    }
+    for (int h = 0; h < 2; ++h) {  // element 128h + 32t + l, see BlockQ6_K
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t* e = q + 128 * h + l;
+        o.ql[64 * h + l] = static_cast<uint8_t>((e[0] & 15) | ((e[64] & 15) << 4));
+        o.ql[64 * h + 32 + l] = static_cast<uint8_t>((e[32] & 15) | ((e[96] & 15) << 4));
+        o.qh[32 * h + l] = static_cast<uint8_t>((e[0] >> 4) | ((e[32] >> 4) << 2) |
+                                                ((e[64] >> 4) << 4) | ((e[96] >> 4) << 6));
+      }
+    }
+  }
+}
+
+// 32-element types, as ggml's reference quantizers: Q4_1 / Q5_1 map [min, max] onto the
+// levels (x = d q + m), Q5_0 maps the signed extreme to -16 (x = d (q - 16)).
+void quantize_q4_1(const float* x, int64_t nb, BlockQ4_1* out) {
+  for (int64_t b = 0; b < nb; ++b, x += 32) {
+    const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
+    const float d = (hi - lo) / 15.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    out[b].d = f32_to_f16(d);
+    out[b].m = f32_to_f16(lo);
+    for (int j = 0; j < 16; ++j) {
+      const int a = std::min(15, static_cast<int>((x[j] - lo) * id + 0.5f));
+      const int c = std::min(15, static_cast<int>((x[j + 16] - lo) * id + 0.5f));
+      out[b].qs[j] = static_cast<uint8_t>(a | (c << 4));
+    }
+  }
+}
+
+template <class Block>
+void pack_q5(const int q[32], Block& o) {
+  uint32_t h = 0;
+  for (int j = 0; j < 16; ++j) {
+    o.qs[j] = static_cast<uint8_t>((q[j] & 15) | ((q[j + 16] & 15) << 4));
+    h |= static_cast<uint32_t>(q[j] >> 4) << j;
+    h |= static_cast<uint32_t>(q[j + 16] >> 4) << (j + 16);
+  }
+  std::memcpy(o.qh, &h, 4);
+}
+
+void quantize_q5_0(const float* x, int64_t nb, BlockQ5_0* out) {
+  for (int64_t b = 0; b < nb; ++b, x += 32) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j)
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    const float d = max / -16.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    out[b].d = f32_to_f16(d);
+    int q[32];
+    for (int j = 0; j < 32; ++j) q[j] = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+    pack_q5(q, out[b]);
+  }
+}
+
+void quantize_q5_1(const float* x, int64_t nb, BlockQ5_1* out) {
+  for (int64_t b = 0; b < nb; ++b, x += 32) {
+    const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
+    const float d = (hi - lo) / 31.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    out[b].d = f32_to_f16(d);
+    out[b].m = f32_to_f16(lo);
+    int q[32];
+    for (int j = 0; j < 32; ++j) q[j] = std::min(31, static_cast<int>((x[j] - lo) * id + 0.5f));
+    pack_q5(q, out[b]);
+  }
+}
+
+template <class Block>
+Block* blocks(void* p) {
+  return static_cast<Block*>(p);
+}
+
+}  // namespace
+
+bool quantize_more_blocks(const float* x, int64_t n, DType t, void* out) {
+  const int64_t nb = n / dtype_info(t).block_elems;
+  switch (t) {
+    case DType::Q4_K:
+      return quantize_q4_k(x, nb, blocks<BlockQ4_K>(out)), true;
+    case DType::Q5_K:
+      return quantize_q5_k(x, nb, blocks<BlockQ5_K>(out)), true;
+    case DType::Q6_K:
+      return quantize_q6_k(x, nb, blocks<BlockQ6_K>(out)), true;
+    case DType::Q4_1:
+      return quantize_q4_1(x, nb, blocks<BlockQ4_1>(out)), true;
+    case DType::Q5_0:
+      return quantize_q5_0(x, nb, blocks<BlockQ5_0>(out)), true;
+    case DType::Q5_1:
+      return quantize_q5_1(x, nb, blocks<BlockQ5_1>(out)), true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace efim
