@@ -220,17 +220,21 @@ void quantize_q6_k(const float* x, int64_t nb, BlockQ6_K* out) {
 
 // 32-element types, as ggml's reference quantizers: Q4_1 / Q5_1 map [min, max] onto the
 // levels (x = d q + m), Q5_0 maps the signed extreme to -16 (x = d (q - 16)).
+// Q4_1 / Q5_1 levels: [min, max] onto 0..nmax, x = d q + m, rounding half up (ggml's reference).
+template <class Block>
+void min_max_levels(const float* x, int nmax, Block& o, int q[32]) {
+  const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
+  const float d = (hi - lo) / static_cast<float>(nmax), id = d != 0 ? 1.0f / d : 0.0f;
+  o.d = f32_to_f16(d);
+  o.m = f32_to_f16(lo);
+  for (int j = 0; j < 32; ++j) q[j] = std::min(nmax, static_cast<int>((x[j] - lo) * id + 0.5f));
+}
+
 void quantize_q4_1(const float* x, int64_t nb, BlockQ4_1* out) {
   for (int64_t b = 0; b < nb; ++b, x += 32) {
-    const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
-    const float d = (hi - lo) / 15.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    out[b].d = f32_to_f16(d);
-    out[b].m = f32_to_f16(lo);
-    for (int j = 0; j < 16; ++j) {
-      const int a = std::min(15, static_cast<int>((x[j] - lo) * id + 0.5f));
-      const int c = std::min(15, static_cast<int>((x[j + 16] - lo) * id + 0.5f));
-      out[b].qs[j] = static_cast<uint8_t>(a | (c << 4));
-    }
+    int q[32];
+    min_max_levels(x, 15, out[b], q);
+    for (int j = 0; j < 16; ++j) out[b].qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
   }
 }
 
@@ -263,12 +267,8 @@ void quantize_q5_0(const float* x, int64_t nb, BlockQ5_0* out) {
 
 void quantize_q5_1(const float* x, int64_t nb, BlockQ5_1* out) {
   for (int64_t b = 0; b < nb; ++b, x += 32) {
-    const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
-    const float d = (hi - lo) / 31.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    out[b].d = f32_to_f16(d);
-    out[b].m = f32_to_f16(lo);
     int q[32];
-    for (int j = 0; j < 32; ++j) q[j] = std::min(31, static_cast<int>((x[j] - lo) * id + 0.5f));
+    min_max_levels(x, 31, out[b], q);
     pack_q5(q, out[b]);
   }
 }

@@ -364,11 +364,24 @@ void row_dot_32(const uint8_t* wrow, const QuantizedRows& a, int64_t i0, float* 
   for (int i = 0; i < MX; ++i) y[(i0 + i) * ldy] = hsum(acc[i]) + off[i];
 }
 
+// The dot kernels of a type as one class for the drivers below: run<MX>(wrow, a, i0, y, ldy).
+template <class U>
+struct DotK {
+  template <int MX>
+  static void run(const uint8_t* wrow, const QuantizedRowsK& a, int64_t i0, float* y, int64_t ldy) {
+    row_dot_k<U, MX>(wrow, a, i0, y, ldy);
+  }
+};
+template <class U>
+struct Dot32 {
+  template <int MX>
+  static void run(const uint8_t* wrow, const QuantizedRows& a, int64_t i0, float* y, int64_t ldy) {
+    row_dot_32<U, MX>(wrow, a, i0, y, ldy);
+  }
+};
+
 // y[m, n] over weight rows [r0, r1): each weight row against all rows of x, kMaxRows at a time.
-template <class Acts, void (*Dot1)(const uint8_t*, const Acts&, int64_t, float*, int64_t),
-          void (*Dot2)(const uint8_t*, const Acts&, int64_t, float*, int64_t),
-          void (*Dot3)(const uint8_t*, const Acts&, int64_t, float*, int64_t),
-          void (*Dot4)(const uint8_t*, const Acts&, int64_t, float*, int64_t)>
+template <class Acts, class D>
 void rows_range(const WeightMatrix& w, const Acts& a, int64_t r0, int64_t r1, float* y) {
   const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
   for (int64_t r = r0; r < r1; ++r) {
@@ -380,16 +393,16 @@ void rows_range(const WeightMatrix& w, const Acts& a, int64_t r0, int64_t r1, fl
       for (uint64_t off = 0; off < stride; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
     }
     int64_t i = 0;
-    for (; i + kMaxRows <= a.m; i += kMaxRows) Dot4(wrow, a, i, y + r, w.rows);
+    for (; i + kMaxRows <= a.m; i += kMaxRows) D::template run<kMaxRows>(wrow, a, i, y + r, w.rows);
     switch (a.m - i) {
       case 3:
-        Dot3(wrow, a, i, y + r, w.rows);
+        D::template run<3>(wrow, a, i, y + r, w.rows);
         break;
       case 2:
-        Dot2(wrow, a, i, y + r, w.rows);
+        D::template run<2>(wrow, a, i, y + r, w.rows);
         break;
       case 1:
-        Dot1(wrow, a, i, y + r, w.rows);
+        D::template run<1>(wrow, a, i, y + r, w.rows);
         break;
       default:
         break;
@@ -397,36 +410,29 @@ void rows_range(const WeightMatrix& w, const Acts& a, int64_t r0, int64_t r1, fl
   }
 }
 
-template <class U>
-void matmul_k(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
-  static thread_local QuantizedRowsK buffer;  // reused across calls of this thread
-  QuantizedRowsK& acts = buffer;              // the workers see this thread's instance
+// x quantized row by row (rows in parallel for prefill), then threads take ranges of weight
+// rows, so each streams its own part of W.
+template <class Acts, void (*QuantizeRow)(const float*, int64_t, Acts&), class D>
+void block_matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
+  static thread_local Acts buffer;  // reused across calls of this thread
+  Acts& acts = buffer;              // the workers see this thread's instance
   acts.resize(m, w.cols);
   pool.parallel_for(m, grain_for(m, m * w.cols * 8, pool.size(), 4),
                     [&](int, int64_t i0, int64_t i1) {
-                      for (int64_t i = i0; i < i1; ++i) quantize_row_k_avx2(x, i, acts);
+                      for (int64_t i = i0; i < i1; ++i) QuantizeRow(x, i, acts);
                     });
   pool.parallel_for(w.rows, grain_for(w.rows, m * w.rows * w.cols, pool.size(), 4),
-                    [&](int, int64_t r0, int64_t r1) {
-                      rows_range<QuantizedRowsK, row_dot_k<U, 1>, row_dot_k<U, 2>,
-                                 row_dot_k<U, 3>, row_dot_k<U, 4>>(w, acts, r0, r1, y);
-                    });
+                    [&](int, int64_t r0, int64_t r1) { rows_range<Acts, D>(w, acts, r0, r1, y); });
+}
+
+template <class U>
+void matmul_k(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
+  block_matmul<QuantizedRowsK, quantize_row_k_avx2, DotK<U>>(pool, x, m, w, y);
 }
 
 template <class U>
 void matmul_32(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
-  static thread_local QuantizedRows buffer;
-  QuantizedRows& acts = buffer;
-  acts.resize(m, w.cols);
-  pool.parallel_for(m, grain_for(m, m * w.cols * 8, pool.size(), 4),
-                    [&](int, int64_t i0, int64_t i1) {
-                      for (int64_t i = i0; i < i1; ++i) quantize_row_q8_ggml_avx2(x, i, acts);
-                    });
-  pool.parallel_for(w.rows, grain_for(w.rows, m * w.rows * w.cols, pool.size(), 4),
-                    [&](int, int64_t r0, int64_t r1) {
-                      rows_range<QuantizedRows, row_dot_32<U, 1>, row_dot_32<U, 2>,
-                                 row_dot_32<U, 3>, row_dot_32<U, 4>>(w, acts, r0, r1, y);
-                    });
+  block_matmul<QuantizedRows, quantize_row_q8_ggml_avx2, Dot32<U>>(pool, x, m, w, y);
 }
 
 }  // namespace

@@ -128,38 +128,36 @@ float dot_block32_row(const std::vector<IntBlock32>& w, const QuantizedRows& a, 
   return acc;
 }
 
-// The integer path of the block types: each weight row decoded once, then dotted with every
-// row of x.
-void matmul_blocks_scalar(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
-                          float* y) {
-  const int64_t n = w.rows, k = w.cols;
-  if (is_superblock_type(w.dtype)) {
-    static thread_local QuantizedRowsK buffer;
-    QuantizedRowsK& acts = buffer;
-    acts.resize(m, k);
-    for (int64_t i = 0; i < m; ++i) quantize_row_k_scalar(x, i, acts);
-    pool.parallel_for(n, balanced_grain(n, pool.size(), 4), [&](int, int64_t n0, int64_t n1) {
-      std::vector<IntSuperBlock> row(static_cast<size_t>(k / kQKBlock));
-      for (int64_t r = n0; r < n1; ++r) {
-        for (size_t s = 0; s < row.size(); ++s)
-          decode_superblock(w.dtype, weight_row(w, r), static_cast<int64_t>(s), row[s]);
-        for (int64_t i = 0; i < m; ++i) y[i * n + r] = dot_superblock_row(row, acts, i);
-      }
-    });
-    return;
-  }
-  static thread_local QuantizedRows buffer;
-  QuantizedRows& acts = buffer;
-  acts.resize(m, k);
-  for (int64_t i = 0; i < m; ++i) quantize_row_q8_ggml_scalar(x, i, acts);
+// The integer path of one block family: x quantized (quantize_row), then each weight row
+// decoded once (decode, `per_row` blocks) and dotted with every row of x (dot).
+template <class Acts, class Int>
+void blocks_scalar(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y,
+                   int64_t per_row, void (*quantize_row)(const float*, int64_t, Acts&),
+                   void (*decode)(DType, const uint8_t*, int64_t, Int&),
+                   float (*dot)(const std::vector<Int>&, const Acts&, int64_t)) {
+  static thread_local Acts buffer;
+  Acts& acts = buffer;
+  acts.resize(m, w.cols);
+  for (int64_t i = 0; i < m; ++i) quantize_row(x, i, acts);
+  const int64_t n = w.rows;
   pool.parallel_for(n, balanced_grain(n, pool.size(), 4), [&](int, int64_t n0, int64_t n1) {
-    std::vector<IntBlock32> row(static_cast<size_t>(k / kQBlock));
+    std::vector<Int> row(static_cast<size_t>(per_row));
     for (int64_t r = n0; r < n1; ++r) {
-      for (size_t b = 0; b < row.size(); ++b)
-        decode_block32(w.dtype, weight_row(w, r), static_cast<int64_t>(b), row[b]);
-      for (int64_t i = 0; i < m; ++i) y[i * n + r] = dot_block32_row(row, acts, i);
+      for (int64_t b = 0; b < per_row; ++b) decode(w.dtype, weight_row(w, r), b, row[b]);
+      for (int64_t i = 0; i < m; ++i) y[i * n + r] = dot(row, acts, i);
     }
   });
+}
+
+void matmul_blocks_scalar(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                          float* y) {
+  if (is_superblock_type(w.dtype))
+    return blocks_scalar<QuantizedRowsK, IntSuperBlock>(pool, x, m, w, y, w.cols / kQKBlock,
+                                                        quantize_row_k_scalar, decode_superblock,
+                                                        dot_superblock_row);
+  blocks_scalar<QuantizedRows, IntBlock32>(pool, x, m, w, y, w.cols / kQBlock,
+                                           quantize_row_q8_ggml_scalar, decode_block32,
+                                           dot_block32_row);
 }
 
 }  // namespace
