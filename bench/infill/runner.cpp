@@ -110,6 +110,7 @@ SchemeResult run_scheme(const FimLayout& layout, const Workload& w, Scheme s,
     spec.model = opts.model;
     spec.infill_mode = scheme_server(s).infill_mode;
     spec.token_healing = scheme_server(s).token_healing;
+    spec.token_healing_variant = scheme_server(s).token_healing_variant;
     spec.prefix_cache = scheme_server(s).prefix_cache;
     spec.threads = opts.threads;
     spec.kv_cache_mb = opts.kv_cache_mb;

@@ -26,6 +26,8 @@ std::string_view scheme_name(Scheme s) {
       return "cache-auto";
     case Scheme::cache_auto_noheal:
       return "cache-auto-noheal";
+    case Scheme::cache_auto_exact:
+      return "cache-auto-exact";
   }
   return "?";
 }
@@ -33,13 +35,16 @@ std::string_view scheme_name(Scheme s) {
 Scheme parse_scheme(std::string_view name) {
   for (Scheme s : all_schemes())
     if (scheme_name(s) == name) return s;
-  if (name == scheme_name(Scheme::cache_auto_noheal)) return Scheme::cache_auto_noheal;
+  for (Scheme s : {Scheme::cache_auto_noheal, Scheme::cache_auto_exact})
+    if (scheme_name(s) == name) return s;
   fail("unknown scheme '", name,
        "' (valid: nocache-psm, cache-psm, cache-spm, cache-efim, "
-       "cache-auto, cache-auto-noheal, or all)");
+       "cache-auto, cache-auto-noheal, cache-auto-exact, or all)");
 }
 
-bool is_auto(Scheme s) { return s == Scheme::cache_auto || s == Scheme::cache_auto_noheal; }
+bool is_auto(Scheme s) {
+  return s == Scheme::cache_auto || s == Scheme::cache_auto_noheal || s == Scheme::cache_auto_exact;
+}
 
 std::vector<Scheme> parse_schemes(std::string_view list) {
   if (list == "all") return all_schemes();
@@ -61,6 +66,7 @@ SchemeServer scheme_server(Scheme s) {
   srv.prefix_cache = s != Scheme::nocache_psm;
   srv.infill_mode = is_auto(s) ? "auto" : "psm";
   srv.token_healing = s == Scheme::cache_auto_noheal ? "off" : "auto";
+  if (s == Scheme::cache_auto_exact) srv.token_healing_variant = "exact";
   return srv;
 }
 
@@ -77,6 +83,8 @@ std::string_view scheme_layout(Scheme s) {
       return "server auto (text + suffix)";
     case Scheme::cache_auto_noheal:
       return "server auto, no token healing";
+    case Scheme::cache_auto_exact:
+      return "server auto, exact token healing";
   }
   return "?";
 }

@@ -13,6 +13,7 @@
 //   cache-auto    --infill-mode auto     {"prompt": p + t, "suffix": s}
 //   cache-auto-noheal  the same with --token-healing off (not in "all": it measures what
 //                 token healing costs cache-auto; for a fragment-trained model both are equal)
+//   cache-auto-exact   the same with --token-healing-variant exact (not in "all")
 // As in the authors' scripts, p + t is one piece in PSM/SPM (the user's whole prefix) and t is
 // one piece in EFIM (tokenized whole each round).
 #pragma once
@@ -29,19 +30,20 @@
 namespace efim::bench {
 
 enum class Scheme : uint8_t {
-  nocache_psm, cache_psm, cache_spm, cache_efim, cache_auto, cache_auto_noheal
+  nocache_psm, cache_psm, cache_spm, cache_efim, cache_auto, cache_auto_noheal, cache_auto_exact
 };
 
 std::string_view scheme_name(Scheme s);                          // "nocache-psm", ...
 Scheme parse_scheme(std::string_view name);                      // throws Error listing the names
 std::vector<Scheme> parse_schemes(std::string_view comma_list);  // "all" = every scheme
 const std::vector<Scheme>& all_schemes();  // the five above; "all"
-bool is_auto(Scheme s);                      // cache-auto or cache-auto-noheal (text requests)
+bool is_auto(Scheme s);  // cache-auto, cache-auto-noheal or cache-auto-exact (text requests)
 
 struct SchemeServer {
   bool prefix_cache = true;
   std::string infill_mode = "psm";  // --infill-mode (matters only for cache-auto's text requests)
   std::string token_healing = "auto";  // --token-healing
+  std::string token_healing_variant;   // --token-healing-variant ("": the server's default)
 };
 SchemeServer scheme_server(Scheme s);
 // Human-readable layout, for the report ("PSM ids", "server auto", ...).

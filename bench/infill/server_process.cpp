@@ -70,6 +70,10 @@ std::vector<std::string> serve_argv(const ServeSpec& s) {
                                 "-t",
                                 std::to_string(s.threads)};
   if (!s.prefix_cache) a.push_back("--no-prefix-cache");
+  if (!s.token_healing_variant.empty()) {
+    a.push_back("--token-healing-variant");
+    a.push_back(s.token_healing_variant);
+  }
   if (s.max_requests > 0) {
     a.push_back("--max-requests");
     a.push_back(std::to_string(s.max_requests));

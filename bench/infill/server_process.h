@@ -15,6 +15,7 @@ struct ServeSpec {
   std::string model;
   std::string infill_mode = "psm";
   std::string token_healing = "auto";
+  std::string token_healing_variant;  // "" = the server's default
   bool prefix_cache = true;  // false: --no-prefix-cache
   int threads = 0;           // -t (0 = the server's default: all cores)
   int kv_cache_mb = 512;

@@ -165,7 +165,7 @@ void register_bench_infill(CLI::App& bench) {
       ->required();
   cmd->add_option("--schemes", a->schemes,
                   "Comma list of nocache-psm, cache-psm, cache-spm, "
-                  "cache-efim, cache-auto, cache-auto-noheal (not in all), or all")
+                  "cache-efim, cache-auto, cache-auto-noheal and cache-auto-exact (not in all), or all")
       ->capture_default_str();
   cmd->add_option("--users", a->workload.users, "Concurrent users (one file each)")
       ->capture_default_str();

@@ -146,6 +146,12 @@ TEST(BenchSchemes, NamesAndServers) {
   EXPECT_EQ(scheme_server(Scheme::cache_auto_noheal).token_healing, "off");
   EXPECT_EQ(scheme_server(Scheme::cache_auto).token_healing, "auto");
   EXPECT_EQ(std::count(all_schemes().begin(), all_schemes().end(), Scheme::cache_auto_noheal), 0);
+  // cache-auto-exact: cache-auto with the exact healing variant; not part of "all" either.
+  EXPECT_EQ(parse_scheme("cache-auto-exact"), Scheme::cache_auto_exact);
+  EXPECT_EQ(scheme_server(Scheme::cache_auto_exact).token_healing, "auto");
+  EXPECT_EQ(scheme_server(Scheme::cache_auto_exact).token_healing_variant, "exact");
+  EXPECT_EQ(scheme_server(Scheme::cache_auto).token_healing_variant, "");
+  EXPECT_EQ(std::count(all_schemes().begin(), all_schemes().end(), Scheme::cache_auto_exact), 0);
 }
 
 TEST(BenchSchemes, ServeCommand) {
@@ -164,6 +170,11 @@ TEST(BenchSchemes, ServeCommand) {
   s.prefix_cache = true;
   s.max_requests = 0;
   EXPECT_EQ(serve_argv(s).size(), 15u);
+  s.token_healing_variant = "exact";
+  const auto argv = serve_argv(s);
+  ASSERT_EQ(argv.size(), 17u);
+  EXPECT_EQ(argv[15], "--token-healing-variant");
+  EXPECT_EQ(argv[16], "exact");
 }
 
 }  // namespace
