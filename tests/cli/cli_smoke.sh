@@ -61,7 +61,7 @@ head -c 100 "$WORK/t.gguf" > "$WORK/trunc.gguf"
 expect_err "truncated gguf" "trunc.gguf" "$EFIM" inspect "$WORK/trunc.gguf"
 printf 'GGUF\x03\x00\x00\x00' > "$WORK/hdr.gguf"
 expect_err "header only" "hdr.gguf" "$EFIM" generate "$WORK/hdr.gguf" "x"
-expect_err "bad dtype" "unknown type 'q9' (expected one of f32" "$EFIM" convert "$M" -o "$WORK/x.gguf" --dtype q9
+expect_err "bad dtype" "unknown type 'q9' .expected one of f32, .*q4_k_m" "$EFIM" convert "$M" -o "$WORK/x.gguf" --dtype q9
 expect_err "id out of range" "outside the vocabulary" "$EFIM" generate "$WORK/t.gguf" --prompt-ids "1 300"
 expect_err "non-numeric id" "expected a number" "$EFIM" logits "$WORK/t.gguf" --tokens "1 x" --out "$WORK/o"
 expect_err "context overflow" "exceeds the context" "$EFIM" generate "$WORK/t.gguf" "x" -n 100000
