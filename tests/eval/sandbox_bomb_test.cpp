@@ -3,15 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "eval/sandbox.h"
+#include "sandbox_test_util.h"
 
 namespace efim::eval {
 namespace {
 
-SandboxOptions fast() {
-  SandboxOptions o;
-  o.timeout_s = 2.0;
-  return o;
-}
+using test::fast;
 
 TEST(Sandbox, ForkBombFails) {
   auto r = run_python(

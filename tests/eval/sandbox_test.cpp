@@ -9,15 +9,12 @@
 #include <filesystem>
 
 #include "eval/sandbox.h"
+#include "sandbox_test_util.h"
 
 namespace efim::eval {
 namespace {
 
-SandboxOptions fast() {
-  SandboxOptions o;
-  o.timeout_s = 2.0;
-  return o;
-}
+using test::fast;
 
 TEST(Sandbox, PassingProgramPasses) {
   auto r = run_python("def add(a, b):\n    return a + b\nassert add(2, 3) == 5\n", fast());
