@@ -37,9 +37,9 @@ std::string_view line_at(std::string_view text, size_t pos, size_t& next) {
 std::vector<int32_t> infill_stop_tokens(const Tokenizer& tok, const FimFormat& fmt,
                                         std::span<const int32_t> extra_ids) {
   const FimTokens& f = tok.fim();
-  std::vector<int32_t> ids = {tok.eos(),  f.eot,   f.pad,   f.repo_name,
-                              f.file_sep, fmt.pre, fmt.suf, fmt.mid};
-  ids.insert(ids.end(), tok.end_of_generation().begin(), tok.end_of_generation().end());
+  // end_of_generation() holds eos and eot.
+  std::vector<int32_t> ids = tok.end_of_generation();
+  ids.insert(ids.end(), {f.pad, f.repo_name, f.file_sep, fmt.pre, fmt.suf, fmt.mid});
   ids.insert(ids.end(), extra_ids.begin(), extra_ids.end());
   std::erase_if(ids, [&](int32_t id) { return id < 0 || id >= tok.vocab_size(); });
   std::sort(ids.begin(), ids.end());

@@ -18,17 +18,18 @@ using enum NormKind;
 using enum MlpKind;
 constexpr ArchTraits kArchs[] = {
     // arch, name, qkv bias always, qk_norm, sliding flag, GGUF RoPE, norm, mlp,
-    // bias key, its default, covers the MLP, embedding scale, HF norm weight offset
+    // bias key, its default, covers the MLP, embedding scale, HF norm weight offset,
+    // tied by default, window caps the context
     {ModelArch::Llama, "llama", false, false, false, Interleaved, Rms, SwiGlu, "attention_bias",
-     false, false, false, 0.0f},
+     false, false, false, 0.0f, false, false},
     {ModelArch::Qwen2, "qwen2", true, false, true, RotateHalf, Rms, SwiGlu, "", false, false, false,
-     0.0f},
+     0.0f, false, false},
     {ModelArch::Qwen3, "qwen3", false, true, true, RotateHalf, Rms, SwiGlu, "attention_bias", false,
-     false, false, 0.0f},
+     false, false, 0.0f, false, false},
     {ModelArch::StarCoder2, "starcoder2", false, false, false, RotateHalf, Layer, Gelu, "use_bias",
-     true, true, false, 0.0f},
+     true, true, false, 0.0f, false, true},
     {ModelArch::Gemma, "gemma", false, false, false, RotateHalf, Rms, GeGlu, "attention_bias",
-     false, false, true, 1.0f},
+     false, false, true, 1.0f, true, false},
 };
 }  // namespace
 
@@ -262,15 +263,12 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& labe
   c.rms_eps = c.norm == NormKind::Layer ? r.number_or("norm_epsilon", 1e-5)
                                          : r.number_or("rms_norm_eps", 1e-6);
   c.max_position = r.integer_or("max_position_embeddings", 2048);
-  // StarCoder2 attends to the last `sliding_window` positions only; efim's attention is full, so
-  // the context stops at the window, where both agree.
-  if (c.arch == ModelArch::StarCoder2) {
+  if (arch->window_caps_context) {
     const nlohmann::json* sw = r.get("sliding_window");
     if (sw && sw->is_number_integer() && sw->get<int64_t>() > 0)
       c.max_position = std::min(c.max_position, sw->get<int64_t>());
   }
-  // transformers' GemmaConfig ties the head by default; the others do not.
-  c.tied_embeddings = r.boolean_or("tie_word_embeddings", c.arch == ModelArch::Gemma);
+  c.tied_embeddings = r.boolean_or("tie_word_embeddings", arch->tied_default);
   c.rope_pairing = RopePairing::RotateHalf;  // HF checkpoints: rotate-half
   // transformers >= 4.56 may move theta and scaling into "rope_parameters".
   const nlohmann::json* rp = r.get("rope_scaling");

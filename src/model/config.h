@@ -104,6 +104,10 @@ struct ArchTraits {
   bool bias_in_mlp;
   bool embed_scale;            // embeddings times sqrt(hidden)
   float hf_norm_weight_offset;  // added to HF RMSNorm weights (gemma: 1)
+  bool tied_default;           // config.json's tie_word_embeddings when absent (gemma: true)
+  // Attention is windowed to config.json's sliding_window (starcoder2); efim's is full, so the
+  // context stops at the window, where both agree.
+  bool window_caps_context;
 };
 
 std::string_view arch_name(ModelArch a);

@@ -28,6 +28,14 @@ bool use_more_bits(int64_t i, int64_t n) {
   return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
+namespace {
+bool writable(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
+         t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
+         t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
+}  // namespace
+
 ConvertType convert_type_from_name(std::string_view name) {
   constexpr const char* kNames =
       "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m";
@@ -39,10 +47,7 @@ ConvertType convert_type_from_name(std::string_view name) {
   } catch (const Error&) {
     fail("convert: unknown type '", name, "' (expected one of ", kNames, ")");
   }
-  EFIM_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
-                 t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-                 t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K,
-             "convert: cannot write ", name, " (expected one of ", kNames, ")");
+  EFIM_CHECK(writable(t), "convert: cannot write ", name, " (expected one of ", kNames, ")");
   return {t, false};
 }
 
@@ -54,7 +59,6 @@ namespace {
 struct Job {
   std::string hf, gguf;
   int64_t permute_heads = 0;
-  bool embedding_or_output = false;
   float add = 0.0f;
   bool output = false;   // the output matrix, or the embedding when the head is tied to it
   int64_t layer = -1;
@@ -67,12 +71,12 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
   // llama.cpp runs llama with interleaved RoPE pairs: its converter permutes the Q/K rows.
   const bool permute = arch_traits(c.arch).gguf_rope == RopePairing::Interleaved;
   std::vector<Job> jobs;
-  jobs.push_back({TensorNames::embed(hf), TensorNames::embed(gg), 0, true});
+  jobs.push_back({TensorNames::embed(hf), TensorNames::embed(gg)});
   jobs.back().output = c.tied_embeddings;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     auto add = [&](const char* role, const char* suffix, int64_t heads) {
       jobs.push_back({TensorNames::layer(hf, l, role, suffix),
-                      TensorNames::layer(gg, l, role, suffix), permute ? heads : 0, false});
+                      TensorNames::layer(gg, l, role, suffix), permute ? heads : 0});
       jobs.back().layer = l;
       const std::string_view r = role;
       jobs.back().more_bits_role = r == "v" || r == "down" || r == "proj";
@@ -109,12 +113,12 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
       add("down", "weight", 0);
     }
   }
-  jobs.push_back({TensorNames::output_norm(hf), TensorNames::output_norm(gg), 0, false,
+  jobs.push_back({TensorNames::output_norm(hf), TensorNames::output_norm(gg), 0,
                   c.norm_weight_offset});
   if (c.norm == NormKind::Layer)
-    jobs.push_back({"model.norm.bias", "output_norm.bias", 0, false});
+    jobs.push_back({TensorNames::output_norm(hf, "bias"), TensorNames::output_norm(gg, "bias")});
   if (!c.tied_embeddings) {
-    jobs.push_back({TensorNames::output(hf), TensorNames::output(gg), 0, true});
+    jobs.push_back({TensorNames::output(hf), TensorNames::output(gg)});
     jobs.back().output = true;
   }
   return jobs;
@@ -183,7 +187,7 @@ uint32_t ggml_file_type(DType t, bool mix) {  // llama_ftype (llama.h)
 ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   namespace fs = std::filesystem;
   const DType out = o.out_dtype;
-  convert_type_from_name(dtype_name(out));  // Error for dtypes the converter cannot write
+  EFIM_CHECK(writable(out), "convert: cannot write dtype ", dtype_name(out));
   ModelConfig c = config_from_hf_file((fs::path(o.input_dir) / "config.json").string());
   auto src = SafetensorsFolder::open(o.input_dir);
   bind_weights(c, *src, WeightNaming::HF);  // checks every shape and dtype up front

@@ -124,8 +124,8 @@ bool is_matmul_dtype(DType t) {
 std::string TensorNames::embed(WeightNaming n) {
   return n == WeightNaming::HF ? "model.embed_tokens.weight" : "token_embd.weight";
 }
-std::string TensorNames::output_norm(WeightNaming n) {
-  return n == WeightNaming::HF ? "model.norm.weight" : "output_norm.weight";
+std::string TensorNames::output_norm(WeightNaming n, const std::string& suffix) {
+  return (n == WeightNaming::HF ? "model.norm." : "output_norm.") + suffix;
 }
 std::string TensorNames::output(WeightNaming n) {
   return n == WeightNaming::HF ? "lm_head.weight" : "output.weight";
@@ -146,11 +146,8 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorSource& src, WeightN
   for (int64_t i = 0; i < c.n_layers; ++i) w.layers.push_back(bind_layer(c, src, naming, i));
   w.output_norm = bind_vector(src, TensorNames::output_norm(naming), c.hidden);
   add_offset(w.output_norm, c.norm_weight_offset);
-  if (c.norm == NormKind::Layer) {
-    std::string bias = TensorNames::output_norm(naming);
-    bias.replace(bias.size() - 6, 6, "bias");  // "....weight" -> "....bias"
-    w.output_norm_b = bind_vector(src, bias, c.hidden);
-  }
+  if (c.norm == NormKind::Layer)
+    w.output_norm_b = bind_vector(src, TensorNames::output_norm(naming, "bias"), c.hidden);
   w.output = c.tied_embeddings ? w.embed
                                : bind_matrix(src, TensorNames::output(naming), c.vocab, c.hidden);
   return w;

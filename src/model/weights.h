@@ -42,7 +42,7 @@ struct ModelWeights {
 // Tensor names of each format, for the binder and the converter.
 struct TensorNames {
   static std::string embed(WeightNaming n);
-  static std::string output_norm(WeightNaming n);
+  static std::string output_norm(WeightNaming n, const std::string& suffix = "weight");
   static std::string output(WeightNaming n);
   // role: one of attn_norm, ffn_norm, q, k, v, o, q_norm, k_norm, gate, up, down, fc, proj
   // (fc / proj: the GELU MLP's c_fc / c_proj, GGUF ffn_up / ffn_down); suffix "weight" or

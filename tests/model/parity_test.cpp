@@ -208,7 +208,9 @@ void write_dequantized_folder(const std::string& gguf_path, const std::string& h
   if (!c.tied_embeddings)
     names.push_back(
         {TensorNames::output(WeightNaming::GGUF), TensorNames::output(WeightNaming::HF)});
-  if (c.norm == NormKind::Layer) names.push_back({"output_norm.bias", "model.norm.bias"});
+  if (c.norm == NormKind::Layer)
+    names.push_back({TensorNames::output_norm(WeightNaming::GGUF, "bias"),
+                     TensorNames::output_norm(WeightNaming::HF, "bias")});
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const bool gelu = c.mlp == MlpKind::Gelu;
     for (const char* role : {"attn_norm", "ffn_norm", "q", "k", "v", "o"})

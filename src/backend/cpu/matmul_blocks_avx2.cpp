@@ -503,8 +503,8 @@ namespace efim::cpu {
 void quantize_row_k_avx2(const float* x, int64_t i, QuantizedRowsK& out) {
   for (int64_t s = 0; s < out.ns; ++s) {
     const float* xs = x + i * out.k + s * kQKBlock;
-    // The scale search of q8k_inverse_scale: amax by vectors, then the first element of that
-    // magnitude gives the sign.
+    // The scale search of quantize_row_k_scalar: amax by vectors, then the first element of
+    // that magnitude gives the sign.
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 amax8 = _mm256_setzero_ps();
     for (int j = 0; j < kQKBlock; j += 8)

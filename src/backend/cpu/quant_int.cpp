@@ -49,11 +49,6 @@ bool is_superblock_type(DType t) {
          t == DType::Q6_K || t == DType::IQ4_XS;
 }
 
-bool is_block32_type(DType t) {
-  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-         t == DType::IQ4_NL || t == DType::Q8_0;
-}
-
 void decode_superblock(DType t, const uint8_t* row, int64_t b, IntSuperBlock& o) {
   o.folded = t == DType::Q3_K || t == DType::Q6_K;
   switch (t) {
@@ -218,8 +213,6 @@ float q8k_iscale(const float* xs) {
   return amax != 0.0f ? -127.0f / max : 0.0f;
 }
 }  // namespace
-
-float q8k_inverse_scale(const float* xs) { return q8k_iscale(xs); }
 
 void quantize_row_k_scalar(const float* x, int64_t i, QuantizedRowsK& out) {
   for (int64_t s = 0; s < out.ns; ++s) {

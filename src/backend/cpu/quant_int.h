@@ -39,9 +39,8 @@ struct IntBlock32 {
   float d = 0, m = 0;
 };
 
-// Whether t has 256-element super-blocks / is a 32-element type the int8 kernels take.
+// Whether t has 256-element super-blocks.
 bool is_superblock_type(DType t);
-bool is_block32_type(DType t);
 
 // Block b of one weight row (row: its first byte) in integer form; t as above.
 void decode_superblock(DType t, const uint8_t* row, int64_t b, IntSuperBlock& out);
@@ -59,8 +58,6 @@ struct QuantizedRowsK {
   void resize(int64_t rows, int64_t cols);
 };
 
-// iscale of one super-block of 256 activations (0 when all are zero).
-float q8k_inverse_scale(const float* xs);
 // Row i of x [.][out.k] into row i of out (already sized); the scalar and the AVX2 versions
 // write identical bytes.
 void quantize_row_k_scalar(const float* x, int64_t i, QuantizedRowsK& out);
