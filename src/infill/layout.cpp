@@ -133,8 +133,10 @@ FimLayout::FimLayout(const Tokenizer& tok, FimFormat format, LayoutOptions opts)
              opts_.prefix_share, " outside (0, 1]");
 }
 
+// No SentencePiece dummy prefix: the parts continue each other (the suffix continues the hole,
+// typed text continues the prefix), and encode_prefix() places the space a format wants.
 std::vector<int32_t> FimLayout::encode(std::string_view text) const {
-  return tok_->encode(text, {.parse_special = false, .add_bos = false});
+  return tok_->encode(text, {.parse_special = false, .add_bos = false, .space_prefix = false});
 }
 
 std::vector<int32_t> FimLayout::encode_prefix(std::string_view text) const {

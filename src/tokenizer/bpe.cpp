@@ -26,9 +26,16 @@ uint64_t mix(uint64_t k) {  // splitmix64 finaliser
 }  // namespace
 
 BpeModel::BpeModel(std::unordered_map<std::string, int32_t> piece_ids,
-                   const std::vector<BpeMerge>& merges, bool ignore_merges)
-    : piece_ids_(std::move(piece_ids)), ignore_merges_(ignore_merges) {
+                   const std::vector<BpeMerge>& merges, const BpeOptions& opts)
+    : piece_ids_(std::move(piece_ids)),
+      ignore_merges_(opts.ignore_merges),
+      unk_(opts.unk),
+      char_symbols_(opts.char_symbols) {
   for (int b = 0; b < 256; ++b) {
+    if (char_symbols_) {
+      byte_ids_[b] = opts.byte_tokens[b];
+      continue;
+    }
     auto it = piece_ids_.find(std::string(1, static_cast<char>(b)));
     byte_ids_[b] = it == piece_ids_.end() ? -1 : it->second;
   }
@@ -52,6 +59,8 @@ BpeModel& BpeModel::operator=(BpeModel&& o) noexcept {
   std::copy(std::begin(o.byte_ids_), std::end(o.byte_ids_), std::begin(byte_ids_));
   table_ = std::move(o.table_);
   ignore_merges_ = o.ignore_merges_;
+  char_symbols_ = o.char_symbols_;
+  unk_ = o.unk_;
   std::lock_guard<std::mutex> lock(cache_mutex_);
   cache_.clear();
   return *this;
@@ -68,7 +77,7 @@ const BpeModel::Slot* BpeModel::find_merge(int32_t left, int32_t right) const {
 }
 
 void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
-  if (ignore_merges_ || piece.size() == 1) {
+  if (ignore_merges_ || (piece.size() == 1 && !char_symbols_)) {
     auto it = piece_ids_.find(std::string(piece));
     if (it != piece_ids_.end()) {
       out.push_back(it->second);
@@ -108,14 +117,11 @@ void BpeModel::merge_word(std::string_view piece, std::vector<int32_t>& out) con
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
   };
-  const int32_t n = static_cast<int32_t>(piece.size());
+  std::vector<int32_t> ids;
+  initial_symbols(piece, ids);
+  const auto n = static_cast<int32_t>(ids.size());
   std::vector<Sym> sym(n);  // [n]
-  for (int32_t i = 0; i < n; ++i) {
-    const auto b = static_cast<uint8_t>(piece[i]);
-    EFIM_CHECK(byte_ids_[b] >= 0, "tokenizer: vocabulary has no token for byte 0x", std::hex,
-               static_cast<int>(b));
-    sym[i] = Sym{byte_ids_[b], i - 1, i + 1 < n ? i + 1 : -1};
-  }
+  for (int32_t i = 0; i < n; ++i) sym[i] = Sym{ids[i], i - 1, i + 1 < n ? i + 1 : -1};
   std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
   auto push = [&](int32_t pos) {
     if (pos < 0 || sym[pos].next < 0) return;
@@ -140,6 +146,47 @@ void BpeModel::merge_word(std::string_view piece, std::vector<int32_t>& out) con
     push(c.pos);
   }
   for (int32_t i = 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
+}
+
+// The symbols merging starts from: one per byte, or one per UTF-8 character with byte fallback
+// (a truncated character at the end counts as its bytes).
+void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& ids) const {
+  auto byte_id = [&](uint8_t b) {
+    EFIM_CHECK(byte_ids_[b] >= 0, "tokenizer: vocabulary has no token for byte 0x", std::hex,
+               static_cast<int>(b));
+    return byte_ids_[b];
+  };
+  ids.reserve(piece.size());
+  if (!char_symbols_) {
+    for (char c : piece) ids.push_back(byte_id(static_cast<uint8_t>(c)));
+    return;
+  }
+  std::string ch;
+  bool in_unk = false;  // the last symbol is a fused unknown
+  for (size_t i = 0; i < piece.size();) {
+    const auto lead = static_cast<uint8_t>(piece[i]);
+    const size_t len = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    ch.assign(piece.substr(i, len));
+    i += ch.size();
+    auto it = piece_ids_.find(ch);
+    if (it != piece_ids_.end()) {
+      ids.push_back(it->second);
+      in_unk = false;
+      continue;
+    }
+    const bool bytes_ok = std::all_of(ch.begin(), ch.end(), [&](char c) {
+      return byte_ids_[static_cast<uint8_t>(c)] >= 0;
+    });
+    if (bytes_ok) {
+      for (char c : ch) ids.push_back(byte_ids_[static_cast<uint8_t>(c)]);
+      in_unk = false;
+      continue;
+    }
+    EFIM_CHECK(unk_ >= 0, "tokenizer: no token, no byte tokens and no unknown token for \"", ch,
+               "\"");
+    if (!in_unk) ids.push_back(unk_);
+    in_unk = true;
+  }
 }
 
 }  // namespace efim

@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "base/error.h"
 #include "tokenizer/tokenizer_internal.h"
@@ -38,7 +39,37 @@ constexpr std::string_view kEndSpellings[] = {
     "<|end|>", "<end_of_turn>", "<|file_separator|>", "<EOT>", "▁<EOT>",
     "<｜end▁of▁sentence｜>", "</s>", "<|fim_pad|>", "<fim_pad>"};
 
+constexpr std::string_view kSpace = "\xE2\x96\x81";  // "▁" U+2581, SentencePiece's space
+
+// What a SentencePiece token decodes to: its byte for <0xXX> byte tokens, else the spelling
+// with every "▁" turned back into a space (Hugging Face's Replace + ByteFallback decoders).
+std::string spm_piece(std::string_view spelling, uint8_t type) {
+  if (type == kTokenByte) {
+    const int b = parse_byte_token(spelling);
+    if (b >= 0) return std::string(1, static_cast<char>(b));
+  }
+  std::string out;
+  for (size_t i = 0; i < spelling.size();) {
+    if (spelling.substr(i, kSpace.size()) == kSpace) {
+      out.push_back(' ');
+      i += kSpace.size();
+    } else {
+      out.push_back(spelling[i++]);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+int parse_byte_token(std::string_view t) {
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return -1;
+  const int hi = hex(t[3]), lo = hex(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
 
 // Spellings, decoded bytes and the spelling -> id map.
 void Tokenizer::init_vocab(TokenizerParts& p) {
@@ -52,6 +83,10 @@ void Tokenizer::init_vocab(TokenizerParts& p) {
   std::string bytes;
   for (size_t id = 0; id < n; ++id) {
     ids_.emplace(tokens_[id], static_cast<int32_t>(id));  // first id wins on duplicates
+    if (p.spm.enabled) {
+      pieces_[id] = spm_piece(tokens_[id], types_[id]);
+      continue;
+    }
     // Hugging Face's ByteLevel decoder: the bytes when every character is a byte character,
     // else the spelling itself (added tokens such as "<｜fim▁begin｜>").
     pieces_[id] = unicode::byte_level_to_bytes(tokens_[id], bytes) ? bytes : tokens_[id];
@@ -66,7 +101,8 @@ void Tokenizer::init_vocab(TokenizerParts& p) {
   added_ = std::move(p.added);
 }
 
-// Merges from spellings to ids, and the BPE model over raw bytes.
+// Merges from spellings to ids, and the BPE model over raw bytes (byte-level) or over
+// "▁"-escaped characters (SentencePiece-style, by rank).
 void Tokenizer::init_bpe(TokenizerParts& p) {
   const size_t n = tokens_.size();
   std::unordered_map<std::string, int32_t> piece_ids;
@@ -74,7 +110,11 @@ void Tokenizer::init_bpe(TokenizerParts& p) {
   for (const auto& [text, id] : p.bpe_vocab) {
     EFIM_CHECK(id >= 0 && static_cast<size_t>(id) < n, p.label, ": vocab id ", id,
                " of \"", text, "\" out of range [0, ", n, ")");
-    if (unicode::byte_level_to_bytes(text, bytes)) piece_ids.emplace(bytes, id);
+    if (p.spm.enabled) {
+      piece_ids.emplace(text, id);
+    } else if (unicode::byte_level_to_bytes(text, bytes)) {
+      piece_ids.emplace(bytes, id);
+    }
   }
   merges_.reserve(p.merges.size());
   for (size_t r = 0; r < p.merges.size(); ++r) {
@@ -86,24 +126,74 @@ void Tokenizer::init_bpe(TokenizerParts& p) {
                " is not in the vocabulary");
     merges_.push_back(BpeMerge{ia->second, ib->second, ic->second});
   }
-  bpe_ = BpeModel(std::move(piece_ids), merges_, p.ignore_merges);
+  BpeOptions opts{.ignore_merges = p.ignore_merges};
+  if (p.spm.enabled) {
+    opts.char_symbols = true;
+    opts.byte_tokens = spm_byte_tokens(p.label, /*all=*/false);
+    opts.unk = p.unk;
+  }
+  bpe_ = BpeModel(std::move(piece_ids), merges_, opts);
+}
+
+// The <0xXX> token of every byte, -1 where missing (Gemma's vocabulary lacks <0x09>: "\t" is a
+// token). `all` (llama.cpp's byte fallback, which has no unknown-token escape): a missing one is
+// the byte's own one-character token, as llama.cpp's byte_to_token does, and must exist.
+std::array<int32_t, 256> Tokenizer::spm_byte_tokens(const std::string& label, bool all) const {
+  std::array<int32_t, 256> ids{};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    auto id = token_id(name);
+    if (!id && all) id = token_id(std::string(1, static_cast<char>(b)));
+    EFIM_CHECK(id.has_value() || !all, label, ": SentencePiece vocabulary without the byte token ",
+               name, " (byte fallback needs all 256)");
+    ids[b] = id.value_or(-1);
+  }
+  return ids;
+}
+
+// SentencePiece-style settings; by score, the mergeable pieces are the normal tokens. Scores
+// of a tokenizer.json vocabulary (written to GGUF, where llama.cpp merges by score) are derived
+// from the merge ranks: the first merge that forms a token gives it score -rank, so that merging
+// by score follows the rank order; tokens no merge forms get the lowest score.
+void Tokenizer::init_spm(TokenizerParts& p) {
+  sentencepiece_ = p.spm.enabled;
+  if (!sentencepiece_) return;
+  by_score_ = p.spm.by_score;
+  space_prefix_ = p.spm.space_prefix;
+  split_words_ = p.spm.split_words;
+  scores_ = std::move(p.spm.scores);
+  if (!by_score_) {
+    scores_.assign(tokens_.size(), -1e9f);
+    for (size_t r = merges_.size(); r-- > 0;) scores_[merges_[r].result] = -static_cast<float>(r);
+    return;
+  }
+  EFIM_CHECK(scores_.size() == tokens_.size(), p.label, ": ", scores_.size(), " scores for ",
+             tokens_.size(), " tokens");
+  std::unordered_map<std::string, int32_t> pieces;
+  for (size_t id = 0; id < tokens_.size(); ++id) {
+    if (types_[id] == kTokenNormal) pieces.emplace(tokens_[id], static_cast<int32_t>(id));
+  }
+  spm_ = SpmScoreModel(std::move(pieces), scores_, spm_byte_tokens(p.label, /*all=*/true));
 }
 
 Tokenizer Tokenizer::build(TokenizerParts p) {
   Tokenizer t;
   t.init_vocab(p);
   t.init_bpe(p);
+  t.init_spm(p);
   t.pre_ = PreTokenizer(p.steps);
   t.nfc_ = p.nfc;
   const PreFamily* family = find_pre_family(p.steps, p.nfc);
   t.pre_name_ = family ? std::string(family->name) : std::string();
-  for (int32_t id : {p.bos, p.eos, p.pad}) {
-    EFIM_CHECK(id < t.vocab_size(), p.label, ": bos/eos/pad id ", id, " out of range [0, ",
+  for (int32_t id : {p.bos, p.eos, p.pad, p.unk}) {
+    EFIM_CHECK(id < t.vocab_size(), p.label, ": bos/eos/pad/unk id ", id, " out of range [0, ",
                t.vocab_size(), ")");
   }
   t.bos_ = p.bos;
   t.eos_ = p.eos;
   t.pad_ = p.pad;
+  t.unk_ = p.unk;
   t.add_bos_ = p.add_bos && p.bos >= 0;
   t.fim_ = p.fim_keys;
   t.fim_.eot = p.eot_key;
@@ -139,6 +229,7 @@ void Tokenizer::detect_fim() {
     if (types_[id] == kTokenUserDefined) types_[id] = kTokenControl;
   }
   for (const auto& a : added_) {
+    if (types_[a.id] == kTokenUnknown) continue;  // <unk> keeps its type (special all the same)
     types_[a.id] = a.special ? kTokenControl : kTokenUserDefined;
   }
   // End of generation, once the token types are final.
@@ -212,6 +303,15 @@ void Tokenizer::encode_text(std::string_view text, const EncodeOptions& opts,
       continue;
     }
     std::string_view seg = text.substr(s.begin, s.end - s.begin);
+    if (sentencepiece_) {
+      const bool prefix =
+          opts.space_prefix &&
+          (space_prefix_ == SpacePrefix::kEverySegment ||
+           (space_prefix_ == SpacePrefix::kMetaspaceAlways && seg[0] != ' ') ||
+           (space_prefix_ == SpacePrefix::kMetaspaceFirst && seg[0] != ' ' && s.begin == 0));
+      encode_spm(seg, prefix, out);
+      continue;
+    }
     std::string normalized;
     if (nfc_) {
       normalized = unicode::nfc(seg);
@@ -229,6 +329,41 @@ void Tokenizer::encode_text(std::string_view text, const EncodeOptions& opts,
       for (const Piece& p : pieces) bpe_.encode(sub.substr(p.first, p.second - p.first), out);
     }
   }
+}
+
+// One text segment of a SentencePiece-style vocabulary: " " -> "▁", the dummy prefix, then
+// merging (by score or by rank) over the whole segment, or word by word for Metaspace split.
+void Tokenizer::encode_spm(std::string_view text, bool prefix, std::vector<int32_t>& out) const {
+  std::string esc;
+  esc.reserve(text.size() + 16);
+  if (prefix) esc.append(kSpace);
+  for (char c : text) {
+    if (c == ' ') {
+      esc.append(kSpace);
+    } else {
+      esc.push_back(c);
+    }
+  }
+  auto merge = [&](std::string_view word) {
+    if (by_score_) {
+      spm_.encode(word, out);
+    } else {
+      bpe_.encode(word, out);
+    }
+  };
+  if (!split_words_) {
+    merge(esc);
+    return;
+  }
+  // Metaspace split (MergedWithNext): a new word starts at each "▁".
+  size_t start = 0;
+  for (size_t i = kSpace.size(); i < esc.size(); ++i) {
+    if (std::string_view(esc).substr(i, kSpace.size()) != kSpace) continue;
+    merge(std::string_view(esc).substr(start, i - start));
+    start = i;
+    i += kSpace.size() - 1;
+  }
+  if (start < esc.size()) merge(std::string_view(esc).substr(start));
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& opts) const {
@@ -268,7 +403,7 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
 bool Tokenizer::is_special(int32_t id) const {
   EFIM_CHECK(id >= 0 && id < vocab_size(), "tokenizer: token id ", id, " out of range [0, ",
              vocab_size(), ")");
-  return types_[id] == kTokenControl;
+  return types_[id] == kTokenControl || types_[id] == kTokenUnknown;
 }
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view text) const {

@@ -1,5 +1,10 @@
-// Byte-level BPE tokenizer, id-for-id identical to Hugging Face `tokenizers` for the families
-// efim serves (Llama-3 "llama-bpe", Qwen2, DeepSeek-Coder 1.x, StarCoder/StarCoder2, GPT-2).
+// BPE tokenizer, id-for-id identical to Hugging Face `tokenizers` and llama.cpp for the families
+// efim serves. Two kinds of vocabulary:
+//  - byte-level BPE (Llama-3 "llama-bpe", Qwen2, DeepSeek-Coder 1.x, StarCoder/StarCoder2,
+//    GPT-2): pre-tokenizer regexes, merges over bytes;
+//  - SentencePiece-style BPE (CodeLlama/Llama 2, Codestral, CodeGemma/Gemma): spaces become
+//    "▁", an optional dummy prefix "▁", merges over UTF-8 characters with <0xXX> byte fallback;
+//    by merge rank from tokenizer.json, by piece score from GGUF (llama.cpp's "spm").
 //
 // encode(text): (1) invalid UTF-8 is replaced by U+FFFD per maximal invalid subsequence (what
 // HF sees when a JavaScript or Python caller decodes the bytes lossily); (2) added tokens are
@@ -13,6 +18,7 @@
 // out of the text, as Hugging Face does.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -23,6 +29,7 @@
 
 #include "tokenizer/bpe.h"
 #include "tokenizer/pretokenize.h"
+#include "tokenizer/spm.h"
 
 namespace efim {
 
@@ -40,9 +47,21 @@ struct FimTokens {
   int32_t file_sep = -1;   // <|file_sep|>, <file_sep>
 };
 
+// Where a SentencePiece-style vocabulary puts its dummy prefix "▁" (a space before the text).
+enum class SpacePrefix : uint8_t {
+  kNone,             // Gemma: never
+  kEverySegment,     // SentencePiece, llama.cpp, HF's Prepend normalizer: before the text and
+                     // after each added token
+  kMetaspaceAlways,  // HF Metaspace "always": the same, unless the segment starts with a space
+  kMetaspaceFirst,   // HF Metaspace "first": only before the text, unless it starts with a space
+};
+
 struct EncodeOptions {
   bool parse_special = false;  // split special tokens (control, FIM) out of the text
   bool add_bos = false;        // prepend bos() when the tokenizer has one
+  // SentencePiece-style vocabularies: add the dummy prefix where the vocabulary does. The infill
+  // layer turns it off: its parts continue each other, and it places the spaces its format wants.
+  bool space_prefix = true;
 };
 
 struct DecodeOptions {
@@ -96,6 +115,11 @@ class Tokenizer {
   std::string_view pre_name() const { return pre_name_; }
   bool nfc() const { return nfc_; }
   bool ignore_merges() const { return bpe_.ignore_merges(); }
+  // SentencePiece-style vocabulary ("▁" spaces, byte fallback); by_score: GGUF piece scores.
+  bool sentencepiece() const { return sentencepiece_; }
+  bool merges_by_score() const { return by_score_; }
+  SpacePrefix space_prefix() const { return space_prefix_; }
+  int32_t unk() const { return unk_; }
 
  private:
   // Added tokens by first byte, longest first: leftmost-longest matching.
@@ -111,25 +135,36 @@ class Tokenizer {
   static Tokenizer build(struct TokenizerParts parts);
   void init_vocab(TokenizerParts& p);
   void init_bpe(TokenizerParts& p);
+  void init_spm(TokenizerParts& p);
+  std::array<int32_t, 256> spm_byte_tokens(const std::string& label, bool all) const;
 
   void detect_fim();
   Matcher make_matcher(bool normalized, bool with_special) const;
   void split_added(std::string_view text, const Matcher& m, std::vector<Segment>& out) const;
   void encode_text(std::string_view text, const EncodeOptions& opts,
                    std::vector<int32_t>& out) const;
+  void encode_spm(std::string_view text, bool prefix, std::vector<int32_t>& out) const;
+  void write_gguf_spm(GgufWriter& writer) const;
+  void write_gguf_byte_level(GgufWriter& writer) const;
 
   std::vector<std::string> tokens_;  // [vocab] vocabulary spelling
   std::vector<std::string> pieces_;  // [vocab] decoded bytes
-  std::vector<uint8_t> types_;       // [vocab] GGUF token type: 1 normal, 3 control, 4 user
+  std::vector<uint8_t> types_;       // [vocab] GGUF token type: 1 normal, 2 unknown,
+                                     // 3 control, 4 user-defined, 5 unused, 6 byte
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<AddedToken> added_;
   std::vector<BpeMerge> merges_;
   Matcher raw_[2], normalized_[2];  // [parse_special]
   BpeModel bpe_;
+  SpmScoreModel spm_;       // SentencePiece by score (GGUF "llama")
+  std::vector<float> scores_;  // [vocab] SentencePiece piece scores (derived from ranks for JSON)
+  bool sentencepiece_ = false, by_score_ = false;
+  bool split_words_ = false;  // HF Metaspace split=true: each "▁"-led word is merged alone
+  SpacePrefix space_prefix_ = SpacePrefix::kNone;
   PreTokenizer pre_;
   std::string pre_name_;
   bool nfc_ = false;
-  int32_t bos_ = -1, eos_ = -1, pad_ = -1;
+  int32_t bos_ = -1, eos_ = -1, pad_ = -1, unk_ = -1;
   bool add_bos_ = false;
   FimTokens fim_;
   std::vector<int32_t> eog_;

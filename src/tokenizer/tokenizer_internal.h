@@ -10,6 +10,15 @@
 
 namespace efim {
 
+// How a SentencePiece-style vocabulary turns text into symbols.
+struct SpmParts {
+  bool enabled = false;
+  SpacePrefix space_prefix = SpacePrefix::kNone;
+  bool by_score = false;      // GGUF "llama": merge by token score (else by tokenizer.json rank)
+  bool split_words = false;   // HF Metaspace split=true
+  std::vector<float> scores;  // [vocab] when by_score (and kept for writing GGUF)
+};
+
 struct TokenizerParts {
   std::string label;                 // file name, for error messages
   std::vector<std::string> tokens;   // [vocab] spelling of each id
@@ -25,11 +34,19 @@ struct TokenizerParts {
   bool add_bos = false;
   FimTokens fim_keys;  // ids named by GGUF keys (-1 when absent)
   int32_t eot_key = -1;
+  int32_t unk = -1;
+  SpmParts spm;
 };
 
 // GGUF token types (llama.cpp's llama_token_type).
 constexpr uint8_t kTokenNormal = 1;
+constexpr uint8_t kTokenUnknown = 2;
 constexpr uint8_t kTokenControl = 3;
 constexpr uint8_t kTokenUserDefined = 4;
+constexpr uint8_t kTokenUnused = 5;
+constexpr uint8_t kTokenByte = 6;
+
+// "<0x41>" -> 0x41; -1 when `text` is not a byte token's spelling.
+int parse_byte_token(std::string_view text);
 
 }  // namespace efim

@@ -1,6 +1,13 @@
 // Loading a Hugging Face tokenizer.json (plus tokenizer_config.json / config.json beside it).
-// Only what byte-level BPE vocabularies use is accepted; anything else is a clear error naming
-// the field, so that a tokenizer we would get wrong is never loaded silently.
+// Only what byte-level BPE and SentencePiece-style BPE vocabularies use is accepted; anything
+// else is a clear error naming the field, so that a tokenizer we would get wrong is never
+// loaded silently.
+//
+// SentencePiece-style files (model.byte_fallback = true) come in two spellings:
+//  - normalizer Replace(" " -> "▁"), with Prepend("▁") when there is a dummy prefix (Llama 2,
+//    CodeLlama; Gemma without), no pre-tokenizer (Gemma 3: a Split on " ", which finds nothing
+//    once spaces are "▁");
+//  - no normalizer, pre-tokenizer Metaspace("▁", prepend_scheme, split) (newer Llama/Mistral).
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -24,12 +31,20 @@ bool flag(const json& j, const char* key, bool fallback) {
   return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
 }
 
-void read_normalizer(const json& n, const std::string& label, TokenizerParts& p);
+constexpr std::string_view kSpace = "\xE2\x96\x81";  // "▁"
+
+// What the normalizer and pre-tokenizer of a SentencePiece-style file do with spaces.
+struct SpmSpaces {
+  bool replace = false;  // normalizer Replace(" " -> "▁")
+  bool prepend = false;  // normalizer Prepend("▁")
+  bool metaspace = false;
+  std::string prepend_scheme;  // Metaspace: always, first, never
+};
 
 void read_model(const json& m, const std::string& label, TokenizerParts& p) {
   EFIM_CHECK(m.is_object() && type_of(m) == "BPE", label, ": model.type is \"", type_of(m),
              "\", expected \"BPE\"");
-  EFIM_CHECK(!flag(m, "byte_fallback", false), label, ": model.byte_fallback is not supported");
+  p.spm.enabled = flag(m, "byte_fallback", false);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     EFIM_CHECK(!m.contains(key) || m[key].is_null() || m[key] == "", label, ": model.", key,
                " = ", m[key].dump(), " is not supported");
@@ -73,6 +88,9 @@ void read_added(const json& list, const std::string& label, TokenizerParts& p) {
     t.content = a["content"].get<std::string>();
     t.special = flag(a, "special", false);
     t.normalized = flag(a, "normalized", !t.special);
+    // Hugging Face would normalize the token itself first ("x" -> "▁x" under Prepend).
+    EFIM_CHECK(!(p.spm.enabled && t.normalized), label, ": added token \"", t.content,
+               "\" has normalized=true, which SentencePiece-style vocabularies do not support");
     for (const char* key : {"lstrip", "rstrip", "single_word"}) {
       EFIM_CHECK(!flag(a, key, false), label, ": added token \"", t.content, "\" has ", key,
                  "=true, which is not supported");
@@ -117,15 +135,101 @@ void read_pre_tokenizer(const json& pt, const std::string& label, TokenizerParts
   for (const json& s : steps) read_pre_step(s, label, p);
 }
 
-void read_normalizer(const json& n, const std::string& label, TokenizerParts& p) {
-  if (n.is_null()) return;
-  const std::string type = type_of(n);
-  if (type == "NFC") {
-    p.nfc = true;
-  } else if (type == "Sequence" && n.value("normalizers", json::array()).empty()) {
+// SentencePiece-style: null, a Metaspace, or a Split on " " after the normalizer turned every
+// space into "▁" (nothing left to split on).
+void read_spm_pre_tokenizer(const json& pt, const std::string& label, SpmSpaces& sp,
+                            TokenizerParts& p) {
+  if (pt.is_null()) return;
+  const std::string type = type_of(pt);
+  if (type == "Metaspace") {
+    EFIM_CHECK(pt.value("replacement", "") == kSpace, label, ": Metaspace replacement ",
+               pt.value("replacement", "?"), " is not supported (only \"▁\")");
+    sp.metaspace = true;
+    sp.prepend_scheme = pt.value("prepend_scheme", "");
+    if (sp.prepend_scheme.empty()) {  // older files: add_prefix_space
+      sp.prepend_scheme = flag(pt, "add_prefix_space", true) ? "always" : "never";
+    }
+    p.spm.split_words = flag(pt, "split", true);
     return;
+  }
+  const json pattern = pt.value("pattern", json());
+  EFIM_CHECK(type == "Split" && sp.replace && pattern.is_object() &&
+                 pattern.value("String", "") == " " && !flag(pt, "invert", false),
+             label, ": unsupported pre_tokenizer for a SentencePiece-style vocabulary: ",
+             pt.dump().substr(0, 200),
+             " (only null, Metaspace, or a Split on \" \" after the normalizer replaced spaces)");
+}
+
+void read_normalizer_step(const json& n, const std::string& label, SpmSpaces& sp,
+                          TokenizerParts& p) {
+  const std::string type = type_of(n);
+  if (type == "NFC" && !p.spm.enabled) {
+    p.nfc = true;
+  } else if (type == "Replace" && p.spm.enabled && n.value("content", "") == kSpace &&
+             n.value("pattern", json()).value("String", "") == " ") {
+    sp.replace = true;
+  } else if (type == "Prepend" && p.spm.enabled && n.value("prepend", "") == kSpace) {
+    sp.prepend = true;
   } else {
-    fail(label, ": unsupported normalizer ", n.dump().substr(0, 200), " (only null or NFC)");
+    fail(label, ": unsupported normalizer ", n.dump().substr(0, 200),
+         p.spm.enabled ? " (only Replace(\" \" -> \"▁\") and Prepend(\"▁\"))" : " (only null or NFC)");
+  }
+}
+
+void read_normalizer(const json& n, const std::string& label, SpmSpaces& sp, TokenizerParts& p) {
+  if (n.is_null()) return;
+  if (type_of(n) == "Sequence") {
+    for (const json& step : n.value("normalizers", json::array()))
+      read_normalizer_step(step, label, sp, p);
+    return;
+  }
+  read_normalizer_step(n, label, sp, p);
+}
+
+// Where the dummy prefix goes, from what the normalizer and pre-tokenizer said.
+void settle_spm_spaces(const SpmSpaces& sp, const std::string& label, TokenizerParts& p) {
+  EFIM_CHECK(sp.replace != sp.metaspace, label,
+             ": a SentencePiece-style vocabulary needs exactly one of a Replace(\" \" -> \"▁\") "
+             "normalizer and a Metaspace pre-tokenizer (replace ", sp.replace, ", metaspace ",
+             sp.metaspace, ")");
+  EFIM_CHECK(!(sp.prepend && sp.metaspace), label, ": Prepend with Metaspace is not supported");
+  if (!sp.metaspace) {
+    p.spm.space_prefix = sp.prepend ? SpacePrefix::kEverySegment : SpacePrefix::kNone;
+    return;
+  }
+  if (sp.prepend_scheme == "always") {
+    p.spm.space_prefix = SpacePrefix::kMetaspaceAlways;
+  } else if (sp.prepend_scheme == "first") {
+    p.spm.space_prefix = SpacePrefix::kMetaspaceFirst;
+  } else {
+    EFIM_CHECK(sp.prepend_scheme == "never", label, ": Metaspace prepend_scheme \"",
+               sp.prepend_scheme, "\" is not supported (always, first, never)");
+    p.spm.space_prefix = SpacePrefix::kNone;
+  }
+}
+
+void check_decoder(const json& dec, const std::string& label, bool spm) {
+  if (dec.is_null()) return;
+  if (!spm) {
+    EFIM_CHECK(type_of(dec) == "ByteLevel", label, ": unsupported decoder \"", type_of(dec),
+               "\" (only ByteLevel)");
+    return;
+  }
+  // Our decoding is theirs without the one-leading-space Strip (generated text keeps it).
+  std::vector<json> steps;
+  if (type_of(dec) == "Sequence") {
+    for (const json& d : dec.value("decoders", json::array())) steps.push_back(d);
+  } else {
+    steps.push_back(dec);
+  }
+  for (const json& d : steps) {
+    const std::string t = type_of(d);
+    const bool ok = t == "ByteFallback" || t == "Fuse" || t == "Metaspace" ||
+                    (t == "Strip" && d.value("content", "") == " ") ||
+                    (t == "Replace" && d.value("content", "") == " " &&
+                     d.value("pattern", json()).value("String", "") == kSpace);
+    EFIM_CHECK(ok, label, ": unsupported decoder step ", d.dump().substr(0, 200),
+               " for a SentencePiece-style vocabulary");
   }
 }
 
@@ -166,6 +270,9 @@ void assemble_vocab(const std::string& label, TokenizerParts& p) {
     EFIM_CHECK(seen[id], label, ": no token has id ", id, " (ids must be 0..", n - 1, ")");
   }
   p.types.assign(n, kTokenNormal);
+  if (!p.spm.enabled) return;
+  for (const auto& [text, id] : p.bpe_vocab)
+    if (parse_byte_token(text) >= 0) p.types[id] = kTokenByte;
 }
 
 // bos/eos/pad named in tokenizer_config.json (strings or {"content": ...}) or config.json (ids).
@@ -213,13 +320,22 @@ TokenizerParts parse_json(std::string_view text, const std::string& label) {
   EFIM_CHECK(j.contains("model"), label, ": no \"model\"");
   read_model(j["model"], label, p);
   read_added(j.value("added_tokens", json()), label, p);
-  read_normalizer(j.value("normalizer", json()), label, p);
-  read_pre_tokenizer(j.value("pre_tokenizer", json()), label, p);
-  const json dec = j.value("decoder", json());
-  EFIM_CHECK(dec.is_null() || type_of(dec) == "ByteLevel", label, ": unsupported decoder \"",
-             type_of(dec), "\" (only ByteLevel)");
+  SpmSpaces spaces;
+  read_normalizer(j.value("normalizer", json()), label, spaces, p);
+  if (p.spm.enabled) {
+    read_spm_pre_tokenizer(j.value("pre_tokenizer", json()), label, spaces, p);
+    settle_spm_spaces(spaces, label, p);
+  } else {
+    read_pre_tokenizer(j.value("pre_tokenizer", json()), label, p);
+  }
+  check_decoder(j.value("decoder", json()), label, p.spm.enabled);
   read_post_processor(j.value("post_processor", json()), p);
   assemble_vocab(label, p);
+  const json& m = j["model"];
+  if (m.contains("unk_token") && m["unk_token"].is_string()) {
+    auto it = p.bpe_vocab.find(m["unk_token"].get<std::string>());
+    if (it != p.bpe_vocab.end()) p.unk = it->second;
+  }
   return p;
 }
 

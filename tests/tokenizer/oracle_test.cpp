@@ -5,6 +5,12 @@
 //                                tokenizer.json built from that GGUF with gguf-py
 //                                (scripts/tokenizer_gguf_to_hf.py), whose fidelity is checked
 //                                against llama.cpp's expected ids in OracleJsonMatchesLlamaCpp.
+// SentencePiece-style:
+//   llama2, gemma, gemma3:       their tokenizer.json (merges by rank, byte fallback);
+//   llama2-metaspace(-split):    llama2's file rewritten to the newer Metaspace spelling
+//                                (prepend_scheme "first" / "always" with split), the oracle
+//                                running on the same rewritten file;
+// (lenml's "llama2" package holds Mistral 7B's 32000-token vocabulary: "▁" is 28705, not 29871.)
 #include <chrono>
 #include <map>
 #include <memory>
@@ -25,11 +31,29 @@ struct Vocab {
   std::unique_ptr<Tokenizer> tok;
 };
 
+// llama2's tokenizer.json with the normalizer's space handling moved to a Metaspace
+// pre-tokenizer, as newer Llama and Mistral files spell it.
+std::string metaspace_json(const std::string& scheme, bool split) {
+  require_file(lenml_json("llama2"));
+  const std::string path = cache_dir() + "/llama2-metaspace-" + scheme + (split ? "-split" : "") + ".json";
+  if (fs::exists(path)) return path;
+  nlohmann::json j = nlohmann::json::parse(read_file(lenml_json("llama2")));
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
+                        {"prepend_scheme", scheme}, {"split", split}};
+  write_file(path + ".tmp", j.dump());
+  fs::rename(path + ".tmp", path);
+  return path;
+}
+
 Vocab load_vocab(const std::string& name) {
   Vocab v{name, "", nullptr};
   if (name == "llama3") v.oracle_json = llama3_json();
   if (name == "qwen3") v.oracle_json = qwen3_json();
   if (name == "efim-base-py") v.oracle_json = efim_json();
+  if (name == "llama2" || name == "gemma" || name == "gemma3") v.oracle_json = lenml_json(name);
+  if (name == "llama2-metaspace") v.oracle_json = metaspace_json("first", false);
+  if (name == "llama2-metaspace-split") v.oracle_json = metaspace_json("always", true);
   if (!v.oracle_json.empty()) {
     require_file(v.oracle_json);
     v.tok = std::make_unique<Tokenizer>(Tokenizer::from_json_file(v.oracle_json));
@@ -85,6 +109,39 @@ TEST_P(OracleParity, SpecialTokensParsedWhenAsked) {
                 true);
 }
 
+// What Hugging Face's SentencePiece-style decoder chain makes of our token bytes: a run of
+// <0xXX> byte tokens that is not valid UTF-8 as a whole becomes one U+FFFD per token
+// (ByteFallback), and Strip removes one leading space of the whole text. decode() itself keeps
+// both the bytes and the space: a generated continuation needs its leading space.
+std::string hf_spm_rendering(const Tokenizer& tok, const std::vector<int32_t>& ids, bool skip,
+                             bool strip_space) {
+  std::string out, run;
+  size_t run_tokens = 0;
+  auto flush = [&] {
+    out += unicode::is_valid_utf8(run) ? run : [&] {
+      std::string r;
+      for (size_t k = 0; k < run_tokens; ++k) r += "\xEF\xBF\xBD";
+      return r;
+    }();
+    run.clear();
+    run_tokens = 0;
+  };
+  for (int32_t id : ids) {
+    if (skip && tok.is_special(id)) continue;
+    const std::string_view sp = tok.token_text(id);
+    if (sp.size() == 6 && sp.substr(0, 3) == "<0x" && tok.token_bytes(id).size() == 1) {
+      run += tok.token_bytes(id);
+      ++run_tokens;
+      continue;
+    }
+    flush();
+    out += tok.token_bytes(id);
+  }
+  flush();
+  if (strip_space && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  return unicode::to_valid_utf8(out);
+}
+
 // decode() of random ids, made valid UTF-8, equals HF's decode (which applies
 // String::from_utf8_lossy), with and without skip_special_tokens.
 TEST_P(OracleParity, DecodeRandomIds) {
@@ -123,9 +180,20 @@ TEST_P(OracleParity, DecodeRandomIds) {
   }
   const auto expected = nlohmann::json::parse(read_file(out));
   ASSERT_EQ(expected.size(), ours.size());
+  // llama2's decoder ends with a Strip of one leading space.
+  const bool strip = read_file(v.oracle_json).find("\"type\":\"Strip\"") != std::string::npos ||
+                     read_file(v.oracle_json).find("\"type\": \"Strip\"") != std::string::npos;
   for (size_t k = 0; k < ours.size(); ++k) {
-    const std::string plain = unicode::to_valid_utf8(tok.decode(ours[k]));
-    const std::string skip = unicode::to_valid_utf8(tok.decode(ours[k], {.skip_special = true}));
+    std::string plain = unicode::to_valid_utf8(tok.decode(ours[k]));
+    std::string skip = unicode::to_valid_utf8(tok.decode(ours[k], {.skip_special = true}));
+    if (tok.sentencepiece()) {
+      plain = hf_spm_rendering(tok, ours[k], false, strip);
+      skip = hf_spm_rendering(tok, ours[k], true, strip);
+      // The rendering is built from token_bytes: decode() must be their concatenation.
+      std::string joined;
+      for (int32_t id : ours[k]) joined += tok.token_bytes(id);
+      EXPECT_EQ(tok.decode(ours[k]), joined);
+    }
     EXPECT_EQ(plain, expected[k][0].get<std::string>()) << v.name << " ids " << lists[k].dump();
     EXPECT_EQ(skip, expected[k][1].get<std::string>()) << v.name << " ids " << lists[k].dump();
   }
@@ -133,7 +201,8 @@ TEST_P(OracleParity, DecodeRandomIds) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, OracleParity,
                          ::testing::Values("llama3", "qwen3", "efim-base-py", "deepseek-coder",
-                                           "starcoder"),
+                                           "starcoder", "llama2", "gemma", "gemma3",
+                                           "llama2-metaspace", "llama2-metaspace-split"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -219,39 +288,17 @@ TEST(PreTokenizerEngine, HandWrittenEqualsIcuRegex) {
 namespace efim::test {
 namespace {
 
-class LlamaCppLoadsOurGguf : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(LlamaCppLoadsOurGguf, SameIdsOnTheStdlib) {
+// llama.cpp (llama_ref tokenize, no bos, special tokens not parsed) and `tok` give the same ids
+// for every file of the standard library.
+void expect_llama_cpp_ids(const Tokenizer& tok, const std::string& gguf, const std::string& name) {
   const std::string llama_ref = deps("bin/llama_ref");
-  require_file(llama_ref);
-  const std::string name = GetParam();
-  const std::string json = name == "llama3" ? llama3_json() : name == "qwen3" ? qwen3_json() : efim_json();
-  require_file(json);
-  const Tokenizer tok = Tokenizer::from_json_file(json);
-  GgufWriter w;
-  // A vocab-only GGUF still needs the architecture's hyper-parameters (efim-base-py's).
-  w.set_string("general.architecture", "llama");
-  w.set_string("general.name", "efim-tokenizer-" + name);
-  for (auto [key, v] : std::vector<std::pair<std::string, uint32_t>>{
-           {"llama.block_count", 10}, {"llama.context_length", 2048},
-           {"llama.embedding_length", 384}, {"llama.feed_forward_length", 1024},
-           {"llama.attention.head_count", 6}, {"llama.attention.head_count_kv", 2},
-           {"llama.rope.dimension_count", 64}}) {
-    w.set_u32(key, v);
-  }
-  w.set_f32("llama.rope.freq_base", 10000.0f);
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  w.set_u32("llama.vocab_size", static_cast<uint32_t>(tok.vocab_size()));
-  tok.write_gguf_metadata(w);
-  const std::string gguf = cache_dir() + "/ours-" + name + ".gguf";
-  w.write(gguf);
-
   std::vector<std::string> files = stdlib_files();
   std::string list;
   for (const auto& f : files) list += f + "\n";
-  write_file(gguf + ".list", list);
-  const std::string out = gguf + ".ids";
-  run_command("'" + llama_ref + "' tokenize '" + gguf + "' '" + gguf + ".list' --list", out);
+  const std::string list_path = cache_dir() + "/" + name + ".stdlib.list";
+  write_file(list_path, list);
+  const std::string out = cache_dir() + "/" + name + ".stdlib.ids";
+  run_command("'" + llama_ref + "' tokenize '" + gguf + "' '" + list_path + "' --list", out);
   std::istringstream lines(read_file(out));
   size_t bad = 0, skipped_non_nfc = 0;
   std::string line;
@@ -275,8 +322,51 @@ TEST_P(LlamaCppLoadsOurGguf, SameIdsOnTheStdlib) {
   EXPECT_EQ(bad, 0u) << name << ": " << bad << " of " << files.size() << " files differ from llama.cpp";
 }
 
+class LlamaCppLoadsOurGguf : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LlamaCppLoadsOurGguf, SameIdsOnTheStdlib) {
+  const std::string llama_ref = deps("bin/llama_ref");
+  require_file(llama_ref);
+  const std::string name = GetParam();
+  const std::string json = name == "llama3"         ? llama3_json()
+                           : name == "qwen3"        ? qwen3_json()
+                           : name == "efim-base-py" ? efim_json()
+                                                    : lenml_json(name);
+  require_file(json);
+  const Tokenizer tok = Tokenizer::from_json_file(json);
+  GgufWriter w;
+  // A vocab-only GGUF still needs the architecture's hyper-parameters (efim-base-py's).
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", "efim-tokenizer-" + name);
+  for (auto [key, v] : std::vector<std::pair<std::string, uint32_t>>{
+           {"llama.block_count", 10}, {"llama.context_length", 2048},
+           {"llama.embedding_length", 384}, {"llama.feed_forward_length", 1024},
+           {"llama.attention.head_count", 6}, {"llama.attention.head_count_kv", 2},
+           {"llama.rope.dimension_count", 64}}) {
+    w.set_u32(key, v);
+  }
+  w.set_f32("llama.rope.freq_base", 10000.0f);
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_u32("llama.vocab_size", static_cast<uint32_t>(tok.vocab_size()));
+  tok.write_gguf_metadata(w);
+  const std::string gguf = cache_dir() + "/ours-" + name + ".gguf";
+  w.write(gguf);
+  expect_llama_cpp_ids(tok, gguf, name);
+}
+
+// SentencePiece by piece score: llama.cpp's own GGUF of Llama 2's vocabulary, tokenized by
+// llama.cpp and by us on the whole standard library.
+TEST(LlamaCppSpm, LlamaSpmGgufSameIdsOnTheStdlib) {
+  require_file(deps("bin/llama_ref"));
+  const std::string gguf = vocab_gguf("llama-spm");
+  require_file(gguf);
+  const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(gguf));
+  ASSERT_TRUE(tok.merges_by_score());
+  expect_llama_cpp_ids(tok, gguf, "llama-spm");
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppLoadsOurGguf,
-                         ::testing::Values("efim-base-py", "llama3", "qwen3"),
+                         ::testing::Values("efim-base-py", "llama3", "qwen3", "llama2", "gemma"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

