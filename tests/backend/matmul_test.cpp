@@ -163,7 +163,7 @@ std::vector<float> run_avx512_emulated(const Problem& p, int threads) {
   ThreadPool pool(threads);
   std::vector<float> y(static_cast<size_t>(p.s.m * p.s.n), NAN);
   if (detail::is_block_kernel_type(p.dtype))
-    detail::matmul_blocks_avx2(pool, p.x.data(), p.s.m, p.w, y.data());  // what Avx512 runs
+    detail::matmul_blocks_avx512_emulated(pool, p.x.data(), p.s.m, p.w, y.data());
   else if (p.dtype == DType::Q8_0 || p.dtype == DType::Q4_0)
     detail::matmul_quant_avx512_emulated(pool, p.x.data(), p.s.m, p.w, y.data());
   else

@@ -47,10 +47,15 @@ void matmul_float_avx2(ThreadPool& pool, const float* x, int64_t m, const Weight
 void matmul_quant_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                        float* y);
 // Q2_K..Q6_K, IQ4_XS (against Q8_K activations) and Q4_1, Q5_0, Q5_1, IQ4_NL (against int8
-// blocks of 32): int8 dot products in the integer forms of quant_int.h. The AVX-512 variant runs
-// these too.
+// blocks of 32): int8 dot products in the integer forms of quant_int.h.
 void matmul_blocks_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                         float* y);
+// Q3_K, Q5_K, Q6_K and IQ4_XS on 512-bit registers (AVX-512F, BW and VNNI), 8 rows of x per
+// pass; the other block types through matmul_blocks_avx2 (measured no faster on 512 bits).
+void matmul_blocks_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                          float* y);
+// Whether this CPU runs matmul_blocks_avx512 (AVX-512 and VNNI).
+bool avx512_vnni_supported();
 // Whether matmul_blocks_avx2 (and the scalar kernel's integer path for the same types) takes t.
 bool is_block_kernel_type(DType t);
 // The same two kernels on 512-bit registers (AVX-512F + AVX-512BW).
@@ -58,13 +63,15 @@ void matmul_float_avx512(ThreadPool& pool, const float* x, int64_t m, const Weig
                          float* y);
 void matmul_quant_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                          float* y);
-// The sources of the two AVX-512 kernels compiled once more on SIMDe's portable emulation of
+// The sources of the AVX-512 kernels compiled once more on SIMDe's portable emulation of
 // the intrinsics (library efim_backend_cpu_avx512_emulated, test builds only), so that their
 // differential tests run on CPUs without AVX-512. They call the AVX2 quantizer: AVX2 CPU only.
 void matmul_float_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
                                   const WeightMatrix& w, float* y);
 void matmul_quant_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
                                   const WeightMatrix& w, float* y);
+void matmul_blocks_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
+                                   const WeightMatrix& w, float* y);
 
 // Element k of a float weight row (F32, F16 or BF16) in f32: the k tails of the SIMD loops.
 template <DType T>

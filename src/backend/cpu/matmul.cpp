@@ -39,6 +39,13 @@ bool kernel_supported(CpuKernel k) {
   return false;
 }
 
+namespace detail {
+bool avx512_vnni_supported() {
+  __builtin_cpu_init();
+  return kernel_supported(CpuKernel::Avx512) && __builtin_cpu_supports("avx512vnni");
+}
+}  // namespace detail
+
 CpuKernel best_supported_kernel() {
   if (kernel_supported(CpuKernel::Avx512)) return CpuKernel::Avx512;
   return kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Scalar;
@@ -94,8 +101,11 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, 
                  is_quantized(w.dtype),
              "matmul: unsupported weight dtype ", dtype_name(w.dtype));
   const bool int8 = w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0;
-  if (kernel != CpuKernel::Scalar && detail::is_block_kernel_type(w.dtype))
+  if (kernel != CpuKernel::Scalar && detail::is_block_kernel_type(w.dtype)) {
+    if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported())
+      return detail::matmul_blocks_avx512(pool, x, m, w, y);
     return detail::matmul_blocks_avx2(pool, x, m, w, y);
+  }
   switch (kernel) {
     case CpuKernel::Scalar:
       return detail::matmul_scalar(pool, x, m, w, y);
