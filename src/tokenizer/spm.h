@@ -31,6 +31,7 @@ class SpmScoreModel {
 
   // Appends the ids of `escaped` (non-empty) to `out`.
   void encode(std::string_view escaped, std::vector<int32_t>& out) const;
+  const std::vector<float>& scores() const { return scores_; }
 
  private:
   int32_t find(std::string_view text) const;  // -1 when not a mergeable token

@@ -104,6 +104,7 @@ void Tokenizer::init_vocab(TokenizerParts& p) {
 // Merges from spellings to ids, and the BPE model over raw bytes (byte-level) or over
 // "▁"-escaped characters (SentencePiece-style, by rank).
 void Tokenizer::init_bpe(TokenizerParts& p) {
+  if (p.spm.by_score) return;  // no merge list: SpmScoreModel (init_spm) does the merging
   const size_t n = tokens_.size();
   std::unordered_map<std::string, int32_t> piece_ids;
   std::string bytes;
@@ -152,29 +153,33 @@ std::array<int32_t, 256> Tokenizer::spm_byte_tokens(const std::string& label, bo
   return ids;
 }
 
-// SentencePiece-style settings; by score, the mergeable pieces are the normal tokens. Scores
-// of a tokenizer.json vocabulary (written to GGUF, where llama.cpp merges by score) are derived
-// from the merge ranks: the first merge that forms a token gives it score -rank, so that merging
-// by score follows the rank order; tokens no merge forms get the lowest score.
+// SentencePiece-style settings; by score, the mergeable pieces are the normal tokens.
 void Tokenizer::init_spm(TokenizerParts& p) {
   sentencepiece_ = p.spm.enabled;
   if (!sentencepiece_) return;
   by_score_ = p.spm.by_score;
   space_prefix_ = p.spm.space_prefix;
   split_words_ = p.spm.split_words;
-  scores_ = std::move(p.spm.scores);
-  if (!by_score_) {
-    scores_.assign(tokens_.size(), -1e9f);
-    for (size_t r = merges_.size(); r-- > 0;) scores_[merges_[r].result] = -static_cast<float>(r);
-    return;
-  }
-  EFIM_CHECK(scores_.size() == tokens_.size(), p.label, ": ", scores_.size(), " scores for ",
-             tokens_.size(), " tokens");
+  if (!by_score_) return;
+  EFIM_CHECK(p.spm.scores.size() == tokens_.size(), p.label, ": ", p.spm.scores.size(),
+             " scores for ", tokens_.size(), " tokens");
   std::unordered_map<std::string, int32_t> pieces;
   for (size_t id = 0; id < tokens_.size(); ++id) {
     if (types_[id] == kTokenNormal) pieces.emplace(tokens_[id], static_cast<int32_t>(id));
   }
-  spm_ = SpmScoreModel(std::move(pieces), scores_, spm_byte_tokens(p.label, /*all=*/true));
+  spm_ = SpmScoreModel(std::move(pieces), std::move(p.spm.scores),
+                       spm_byte_tokens(p.label, /*all=*/true));
+}
+
+// The piece scores a GGUF gets. A tokenizer.json vocabulary (merged by rank; llama.cpp merges a
+// GGUF by score) gets them from the merge ranks: the first merge that forms a token gives it
+// score -rank, so that merging by score follows the rank order; tokens no merge forms get the
+// lowest score.
+std::vector<float> Tokenizer::spm_scores() const {
+  if (by_score_) return spm_.scores();
+  std::vector<float> scores(tokens_.size(), -1e9f);
+  for (size_t r = merges_.size(); r-- > 0;) scores[merges_[r].result] = -static_cast<float>(r);
+  return scores;
 }
 
 Tokenizer Tokenizer::build(TokenizerParts p) {

@@ -145,6 +145,7 @@ class Tokenizer {
                    std::vector<int32_t>& out) const;
   void encode_spm(std::string_view text, bool prefix, std::vector<int32_t>& out) const;
   void write_gguf_spm(GgufWriter& writer) const;
+  std::vector<float> spm_scores() const;  // [vocab]
   void write_gguf_byte_level(GgufWriter& writer) const;
 
   std::vector<std::string> tokens_;  // [vocab] vocabulary spelling
@@ -157,7 +158,6 @@ class Tokenizer {
   Matcher raw_[2], normalized_[2];  // [parse_special]
   BpeModel bpe_;
   SpmScoreModel spm_;       // SentencePiece by score (GGUF "llama")
-  std::vector<float> scores_;  // [vocab] SentencePiece piece scores (derived from ranks for JSON)
   bool sentencepiece_ = false, by_score_ = false;
   bool split_words_ = false;  // HF Metaspace split=true: each "▁"-led word is merged alone
   SpacePrefix space_prefix_ = SpacePrefix::kNone;

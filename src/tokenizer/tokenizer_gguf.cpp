@@ -144,7 +144,7 @@ void Tokenizer::write_gguf_spm(GgufWriter& w) const {
   w.set_string("tokenizer.ggml.model", "llama");
   w.set_string("tokenizer.ggml.pre", "default");
   w.set_strings("tokenizer.ggml.tokens", tokens_);
-  w.set_f32s("tokenizer.ggml.scores", scores_);
+  w.set_f32s("tokenizer.ggml.scores", spm_scores());
   std::vector<int32_t> types(types_.begin(), types_.end());
   w.set_i32s("tokenizer.ggml.token_type", types);
   EFIM_CHECK(space_prefix_ == SpacePrefix::kNone || space_prefix_ == SpacePrefix::kEverySegment,

@@ -16,7 +16,7 @@ struct SpmParts {
   SpacePrefix space_prefix = SpacePrefix::kNone;
   bool by_score = false;      // GGUF "llama": merge by token score (else by tokenizer.json rank)
   bool split_words = false;   // HF Metaspace split=true
-  std::vector<float> scores;  // [vocab] when by_score (and kept for writing GGUF)
+  std::vector<float> scores;  // [vocab] when by_score
 };
 
 struct TokenizerParts {

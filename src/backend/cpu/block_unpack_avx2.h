@@ -127,16 +127,20 @@ struct UQ3_K {
   }
 };
 
+// Q4_K / Q5_K: the scales and mins of k4_scales and the two f16 super-scales.
+template <class B>
+inline Scales k4_prepare(const B& b) {
+  Scales s;
+  k4_scales(b.scales, s);
+  s.d = f16(b.d);
+  s.dmin = f16(b.dmin);
+  return s;
+}
+
 struct UQ4_K {
   using Block = BlockQ4_K;
   static constexpr bool kSigned = false, kMins = true, kSub16 = false, kFolded = false;
-  static Scales prepare(const Block& b) {
-    Scales s;
-    k4_scales(b.scales, s);
-    s.d = f16(b.d);
-    s.dmin = f16(b.dmin);
-    return s;
-  }
+  static Scales prepare(const Block& b) { return k4_prepare(b); }
   static __m256i chunk(const Block& b, int c) {
     const __m256i v = load32(b.qs + 32 * (c / 2));
     return c % 2 ? high_nibbles(v) : low_nibbles(v);
@@ -146,13 +150,7 @@ struct UQ4_K {
 struct UQ5_K {
   using Block = BlockQ5_K;
   static constexpr bool kSigned = false, kMins = true, kSub16 = false, kFolded = false;
-  static Scales prepare(const Block& b) {
-    Scales s;
-    k4_scales(b.scales, s);
-    s.d = f16(b.d);
-    s.dmin = f16(b.dmin);
-    return s;
-  }
+  static Scales prepare(const Block& b) { return k4_prepare(b); }
   static __m256i chunk(const Block& b, int c) {
     const __m256i v = load32(b.qs + 32 * (c / 2));
     const __m256i low = c % 2 ? high_nibbles(v) : low_nibbles(v);
@@ -194,6 +192,30 @@ struct UIQ4_XS {
     return _mm256_shuffle_epi8(iq4_table(), unpack_q4(b.qs + 16 * c));
   }
 };
+
+// acc += the super-block dot whose integer sums over the 8 chunks are the lanes of isum, for
+// the x row whose super-block scale and 16-element sums sit at index `at` of `a` (d[at],
+// bsum[16 at..]): d d_x isum - dmin d_x (mn . bsum), or for folded offsets d d_x (isum - mn .
+// bsum) with the difference taken in int32 (exact: the two sums nearly cancel, q ~ 32 at level
+// 0, and their lanes hold different elements).
+template <class U>
+inline void finish_superblock(__m256i isum, const Scales& sc, const QuantizedRowsK& a, size_t at,
+                              __m256& acc) {
+  const float dx = a.d[at];
+  if constexpr (U::kFolded) {
+    const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsum.data() + at * 16));
+    const int32_t dot = hsum_epi32(_mm256_sub_epi32(isum, _mm256_madd_epi16(sc.mn, bs)));
+    const float v = static_cast<float>(dot) * (sc.d * dx);
+    acc = _mm256_add_ps(acc, _mm256_setr_ps(v, 0, 0, 0, 0, 0, 0, 0));
+    return;
+  }
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(sc.d * dx), acc);
+  if constexpr (U::kMins) {
+    const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsum.data() + at * 16));
+    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sc.mn, bs)),
+                           _mm256_set1_ps(sc.dmin * dx), acc);
+  }
+}
 
 // ---- 32-element types: block(b, d, m) = 32 quants, d_w and m_w; kOffset = o ----
 

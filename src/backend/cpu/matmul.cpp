@@ -40,9 +40,12 @@ bool kernel_supported(CpuKernel k) {
 }
 
 namespace detail {
-bool avx512_vnni_supported() {
-  __builtin_cpu_init();
-  return kernel_supported(CpuKernel::Avx512) && __builtin_cpu_supports("avx512vnni");
+bool avx512_vnni_supported() {  // asked on every block matmul: CPUID once
+  static const bool supported = [] {
+    __builtin_cpu_init();
+    return kernel_supported(CpuKernel::Avx512) && __builtin_cpu_supports("avx512vnni");
+  }();
+  return supported;
 }
 }  // namespace detail
 

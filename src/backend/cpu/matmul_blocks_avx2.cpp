@@ -70,26 +70,8 @@ inline void superblock_dot(const typename U::Block& wb, const QuantizedRowsK& a,
     (chunk_dot<U, MX, C>(wb, sc, a, i0, s, isum), ...);
   }(std::make_integer_sequence<int, 8>{});
 #pragma GCC unroll 4
-  for (int i = 0; i < MX; ++i) {
-    const size_t at = static_cast<size_t>((i0 + i) * a.ns + s);
-    const float dx = a.d[at];
-    if constexpr (U::kFolded) {
-      // q - offset: the two integer sums nearly cancel (q ~ 32 at level 0) and their lanes
-      // hold different elements, so they are summed and subtracted as integers (exact within
-      // int32), then converted once.
-      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsum.data() + at * 16));
-      const int32_t dot = hsum_epi32(_mm256_sub_epi32(isum[i], _mm256_madd_epi16(sc.mn, bs)));
-      const float v = static_cast<float>(dot) * (sc.d * dx);
-      acc[i] = _mm256_add_ps(acc[i], _mm256_setr_ps(v, 0, 0, 0, 0, 0, 0, 0));
-      continue;
-    }
-    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(sc.d * dx), acc[i]);
-    if constexpr (U::kMins) {
-      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsum.data() + at * 16));
-      acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sc.mn, bs)),
-                                _mm256_set1_ps(sc.dmin * dx), acc[i]);
-    }
-  }
+  for (int i = 0; i < MX; ++i)
+    finish_superblock<U>(isum[i], sc, a, static_cast<size_t>((i0 + i) * a.ns + s), acc[i]);
 }
 
 // y[(i0 + i) * ldy] = weight row . x row i0 + i for MX rows.

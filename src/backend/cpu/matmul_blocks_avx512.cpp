@@ -98,20 +98,7 @@ inline void superblock_dot(const typename U::Block& wb, const QuantizedRowsK& a,
   for (int i = 0; i < MX; ++i) {
     const __m256i sum8 = _mm256_add_epi32(_mm512_castsi512_si256(isum[i]),
                                           _mm512_extracti64x4_epi64(isum[i], 1));
-    const size_t at = static_cast<size_t>((i0 + i) * a.ns + s);
-    const float dx = a.d[at];
-    const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsum.data() + at * 16));
-    if constexpr (U::kFolded) {
-      const int32_t dot = hsum_epi32(_mm256_sub_epi32(sum8, _mm256_madd_epi16(sc.mn, bs)));
-      const float v = static_cast<float>(dot) * (sc.d * dx);
-      acc[i] = _mm256_add_ps(acc[i], _mm256_setr_ps(v, 0, 0, 0, 0, 0, 0, 0));
-      continue;
-    }
-    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8), _mm256_set1_ps(sc.d * dx), acc[i]);
-    if constexpr (U::kMins) {
-      acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sc.mn, bs)),
-                                _mm256_set1_ps(sc.dmin * dx), acc[i]);
-    }
+    finish_superblock<U>(sum8, sc, a, static_cast<size_t>((i0 + i) * a.ns + s), acc[i]);
   }
 }
 
