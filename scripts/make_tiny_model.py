@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes tiny random Llama-family checkpoints in Hugging Face layout, for parity tests.
 
-Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3,starcoder2,gemma} [--dtype {f32,bf16}]
+Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3,qwen3_moe,qwen3_moe256,starcoder2,gemma} [--dtype {f32,bf16}]
        [--seed N]
        [--shards N]
 
@@ -12,6 +12,11 @@ Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3,starcoder2,
   qwen2: q/k/v biases, tied input/output embeddings, GQA.
   qwen3: per-head q/k RMSNorm, head_dim 32 independent of hidden 64 (q_dim 128), no biases,
          tied embeddings, GQA.
+  qwen3_moe: qwen3's attention; every MLP a mixture of 8 SwiGLU experts of width 32, 2 used per
+         token (router softmax, top-2 renormalised: norm_topk_prob), one tensor per expert as
+         the Qwen3-MoE checkpoints store them, untied head.
+  qwen3_moe256: the same with every width a multiple of 256 (hidden 256, head dim 64, experts of
+         width 256), for llama.cpp's K-quant and IQ4_XS types on the stacked expert tensors.
   starcoder2: LayerNorm with bias, tanh-GELU MLP c_fc / c_proj, biases on every linear layer,
          tied embeddings, GQA (sliding window 4096, longer than these tests' prompts).
   gemma: embeddings times sqrt(hidden), RMSNorm weights stored as w for (1 + w), GeGLU, head_dim
@@ -51,6 +56,24 @@ KINDS = {
         vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, intermediate_size=96, max_position_embeddings=256,
         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, attention_bias=False,
+        use_sliding_window=False, bos_token_id=None, eos_token_id=[5, 7],
+    ),
+    "qwen3_moe": dict(
+        architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_act="silu",
+        vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, intermediate_size=96, moe_intermediate_size=32,
+        num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], max_position_embeddings=256, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=False, attention_bias=False,
+        use_sliding_window=False, bos_token_id=None, eos_token_id=[5, 7],
+    ),
+    "qwen3_moe256": dict(
+        architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_act="silu",
+        vocab_size=300, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, intermediate_size=512, moe_intermediate_size=256,
+        num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], max_position_embeddings=256, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=False, attention_bias=False,
         use_sliding_window=False, bos_token_id=None, eos_token_id=[5, 7],
     ),
     "starcoder2": dict(
@@ -113,7 +136,7 @@ def make_tensors(cfg, rng):
         t[p + "self_attn.k_proj.weight"] = 2.0 * mat(nkv * hd, h)
         t[p + "self_attn.v_proj.weight"] = mat(nkv * hd, h)
         t[p + "self_attn.o_proj.weight"] = mat(h, nh * hd)
-        if cfg["model_type"] == "qwen3":
+        if cfg["model_type"] in ("qwen3", "qwen3_moe"):
             t[p + "self_attn.q_norm.weight"] = norm(hd)
             t[p + "self_attn.k_norm.weight"] = norm(hd)
         if qwen:
@@ -121,6 +144,15 @@ def make_tensors(cfg, rng):
             t[p + "self_attn.k_proj.bias"] = 0.5 * rng.standard_normal(nkv * hd)
             t[p + "self_attn.v_proj.bias"] = 0.5 * rng.standard_normal(nkv * hd)
         t[p + "post_attention_layernorm.weight"] = norm(h)
+        if cfg["model_type"] == "qwen3_moe":
+            ff = cfg["moe_intermediate_size"]
+            t[p + "mlp.gate.weight"] = 2.0 * mat(cfg["num_experts"], h)  # distinct router scores
+            for e in range(cfg["num_experts"]):
+                q = p + f"mlp.experts.{e}."
+                t[q + "gate_proj.weight"] = mat(ff, h)
+                t[q + "up_proj.weight"] = mat(ff, h)
+                t[q + "down_proj.weight"] = mat(h, ff)
+            continue
         t[p + "mlp.gate_proj.weight"] = mat(inter, h)
         t[p + "mlp.up_proj.weight"] = mat(inter, h)
         t[p + "mlp.down_proj.weight"] = mat(h, inter)

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Reference forward pass of a Llama / Qwen2 / Qwen3 / StarCoder2 / Gemma checkpoint in Hugging
-Face layout, in numpy (Gemma: embeddings times sqrt(hidden), RMSNorm times (1 + w), GeGLU).
+"""Reference forward pass of a Llama / Qwen2 / Qwen3 / Qwen3-MoE / StarCoder2 / Gemma checkpoint in
+Hugging Face layout, in numpy (Gemma: embeddings times sqrt(hidden), RMSNorm times (1 + w), GeGLU;
+Qwen3-MoE: router softmax, top-k experts, renormalised when norm_topk_prob).
 
 Written from the maths of Hugging Face's modeling_llama / modeling_qwen2 / modeling_qwen3 /
 modeling_starcoder2 (rotate-half RoPE, grouped-query attention, SwiGLU MLP, RMSNorm; Qwen3's
@@ -110,13 +111,34 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
+def moe_mlp(cfg, W, p, xn):
+    """modeling_qwen3_moe's sparse block: softmax router, top-k, optional renormalisation."""
+    k = cfg["num_experts_per_tok"]
+    logits = xn @ W(p + "mlp.gate.weight").T                        # [n, E]
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs = probs / probs.sum(axis=-1, keepdims=True)
+    out = np.zeros_like(xn)
+    for i in range(xn.shape[0]):
+        top = np.argsort(-probs[i], kind="stable")[:k]
+        wts = probs[i, top]
+        if cfg.get("norm_topk_prob", False):
+            wts = wts / wts.sum()
+        for e, we in zip(top, wts):
+            q = p + f"mlp.experts.{e}."
+            gate = xn[i] @ W(q + "gate_proj.weight").T
+            up = xn[i] @ W(q + "up_proj.weight").T
+            out[i] += we * ((gate / (1 + np.exp(-gate)) * up) @ W(q + "down_proj.weight").T)
+    return out
+
+
 def forward(cfg, w, tokens, dt):
     h = cfg["hidden_size"]
     nh, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     hd = cfg.get("head_dim") or h // nh
     n = len(tokens)
     qwen = cfg["model_type"] == "qwen2"
-    qk_norm = cfg["model_type"] == "qwen3"
+    qk_norm = cfg["model_type"] in ("qwen3", "qwen3_moe")
+    moe = cfg["model_type"] == "qwen3_moe"
     starcoder2 = cfg["model_type"] == "starcoder2"  # LayerNorm, GELU MLP c_fc / c_proj
     gemma = cfg["model_type"] == "gemma"  # x * sqrt(h), RMSNorm times (1 + w), GeGLU
     eps = cfg["norm_epsilon"] if starcoder2 else cfg["rms_norm_eps"]
@@ -164,7 +186,9 @@ def forward(cfg, w, tokens, dt):
         attn = (probs @ v).transpose(1, 0, 2).reshape(n, nh * hd)
         x = x + linear(attn, p + "self_attn.o_proj", o_bias)
         xn = norm(x, p + "post_attention_layernorm")
-        if starcoder2:
+        if moe:
+            x = x + moe_mlp(cfg, W, p, xn)
+        elif starcoder2:
             x = x + linear(gelu_tanh(linear(xn, p + "mlp.c_fc", bias)), p + "mlp.c_proj", bias)
         else:
             gate = linear(xn, p + "mlp.gate_proj", False)
@@ -187,7 +211,7 @@ def main():
 
     with open(os.path.join(args.model_dir, "config.json")) as f:
         cfg = json.load(f)
-    if cfg["model_type"] not in ("llama", "qwen2", "qwen3", "starcoder2", "gemma"):
+    if cfg["model_type"] not in ("llama", "qwen2", "qwen3", "qwen3_moe", "starcoder2", "gemma"):
         raise SystemExit(f"model_type {cfg['model_type']} not supported")
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
     logits = forward(cfg, read_folder(args.model_dir), tokens, np.dtype(args.precision))

@@ -17,19 +17,21 @@ using enum RopePairing;
 using enum NormKind;
 using enum MlpKind;
 constexpr ArchTraits kArchs[] = {
-    // arch, name, qkv bias always, qk_norm, sliding flag, GGUF RoPE, norm, mlp,
+    // arch, GGUF name, HF name, qkv bias always, qk_norm, sliding flag, GGUF RoPE, norm, mlp,
     // bias key, its default, covers the MLP, embedding scale, HF norm weight offset,
-    // tied by default, window caps the context
-    {ModelArch::Llama, "llama", false, false, false, Interleaved, Rms, SwiGlu, "attention_bias",
-     false, false, false, 0.0f, false, false},
-    {ModelArch::Qwen2, "qwen2", true, false, true, RotateHalf, Rms, SwiGlu, "", false, false, false,
-     0.0f, false, false},
-    {ModelArch::Qwen3, "qwen3", false, true, true, RotateHalf, Rms, SwiGlu, "attention_bias", false,
-     false, false, 0.0f, false, false},
-    {ModelArch::StarCoder2, "starcoder2", false, false, false, RotateHalf, Layer, Gelu, "use_bias",
-     true, true, false, 0.0f, false, true},
-    {ModelArch::Gemma, "gemma", false, false, false, RotateHalf, Rms, GeGlu, "attention_bias",
-     false, false, true, 1.0f, true, false},
+    // tied by default, window caps the context, mixture of experts
+    {ModelArch::Llama, "llama", "llama", false, false, false, Interleaved, Rms, SwiGlu,
+     "attention_bias", false, false, false, 0.0f, false, false, false},
+    {ModelArch::Qwen2, "qwen2", "qwen2", true, false, true, RotateHalf, Rms, SwiGlu, "", false,
+     false, false, 0.0f, false, false, false},
+    {ModelArch::Qwen3, "qwen3", "qwen3", false, true, true, RotateHalf, Rms, SwiGlu,
+     "attention_bias", false, false, false, 0.0f, false, false, false},
+    {ModelArch::StarCoder2, "starcoder2", "starcoder2", false, false, false, RotateHalf, Layer, Gelu,
+     "use_bias", true, true, false, 0.0f, false, true, false},
+    {ModelArch::Gemma, "gemma", "gemma", false, false, false, RotateHalf, Rms, GeGlu,
+     "attention_bias", false, false, true, 1.0f, true, false, false},
+    {ModelArch::Qwen3Moe, "qwen3moe", "qwen3_moe", false, true, true, RotateHalf, Rms, SwiGlu,
+     "attention_bias", false, false, false, 0.0f, false, false, true},
 };
 }  // namespace
 
@@ -39,15 +41,16 @@ const ArchTraits& arch_traits(ModelArch a) {
   fail("arch_traits: unknown architecture code ", static_cast<int>(a));
 }
 
-const ArchTraits* find_arch(std::string_view name) {
+const ArchTraits* find_arch(std::string_view name, bool hf) {
   for (const ArchTraits& t : kArchs)
-    if (t.name == name) return &t;
+    if ((hf ? t.hf_name : t.name) == name) return &t;
   return nullptr;
 }
 
-std::string arch_names() {
+std::string arch_names(bool hf) {
   std::string out;
-  for (const ArchTraits& t : kArchs) out += (out.empty() ? "" : ", ") + std::string(t.name);
+  for (const ArchTraits& t : kArchs)
+    out += (out.empty() ? "" : ", ") + std::string(hf ? t.hf_name : t.name);
   return out;
 }
 
@@ -91,6 +94,12 @@ void ModelConfig::validate() const {
                " entries, expected head_dim/2 = ", head_dim / 2);
     for (float f : rope_freq_factors)
       EFIM_CHECK(f > 0 && std::isfinite(f), "model config: rope_freqs entry ", f, " not > 0");
+  }
+  if (moe()) {
+    positive("n_experts_used", n_experts_used);
+    positive("expert_intermediate", expert_intermediate);
+    EFIM_CHECK(n_experts_used <= n_experts, "model config: ", n_experts_used,
+               " experts used per token but only ", n_experts, " experts");
   }
   EFIM_CHECK(bos_token < vocab, "model config: bos token ", bos_token, " >= vocab ", vocab);
   for (int64_t e : eos_tokens)
@@ -138,6 +147,9 @@ std::string ModelConfig::summary() const {
              qk_norm ? ", q/k norm" : "", norm == NormKind::Layer ? ", layer norm" : "",
              mlp == MlpKind::Gelu ? ", gelu mlp" : "", mlp == MlpKind::GeGlu ? ", geglu mlp" : "",
              mlp_bias ? ", mlp bias" : "", embed_scale ? ", embeddings x sqrt(hidden)" : "",
+             moe() ? str(", ", n_experts_used, " of ", n_experts, " experts of width ",
+                         expert_intermediate, expert_weights_norm ? " (renormalised)" : "")
+                   : std::string(),
              fragment_tokenization ? ", fragment-tokenized training" : "");
 }
 
@@ -223,8 +235,9 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& labe
   JsonReader r{j, label};
   ModelConfig c;
   std::string type = r.string_or("model_type", "");
-  const ArchTraits* arch = find_arch(type);
-  EFIM_CHECK(arch, label, ": model_type \"", type, "\" is not supported (", arch_names(), ")");
+  const ArchTraits* arch = find_arch(type, /*hf=*/true);
+  EFIM_CHECK(arch, label, ": model_type \"", type, "\" is not supported (", arch_names(true),
+             ")");
   c.arch = arch->arch;
   if (arch->always_qkv_bias) {
     c.qkv_bias = true;  // Qwen2: q/k/v biases, no output bias
@@ -281,6 +294,17 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& labe
   c.bos_token = bos.empty() ? -1 : bos[0];
   c.eos_tokens = token_list(r.get("eos_token_id"), label, "eos_token_id");
   c.fragment_tokenization = r.boolean_or("efim_fragment_tokenization", false);
+  if (arch->moe) {  // Qwen3MoeConfig: every layer sparse unless mlp_only_layers / decoder_sparse_step
+    c.n_experts = r.integer("num_experts");
+    c.n_experts_used = r.integer("num_experts_per_tok");
+    c.expert_intermediate = r.integer("moe_intermediate_size");
+    c.expert_weights_norm = r.boolean_or("norm_topk_prob", false);
+    const int64_t step = r.integer_or("decoder_sparse_step", 1);
+    const nlohmann::json* dense = r.get("mlp_only_layers");
+    EFIM_CHECK(step == 1 && (!dense || (dense->is_array() && dense->empty())), label,
+               ": dense layers among the expert layers (decoder_sparse_step ", step,
+               ", mlp_only_layers ", dense ? dense->dump() : "[]", ") are not supported");
+  }
   try {
     c.validate();
   } catch (const Error& e) {
@@ -390,6 +414,17 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     if (c.eos_tokens.empty() || c.eos_tokens[0] != e->as_i64()) c.eos_tokens.push_back(e->as_i64());
   }
   if (const GgufValue* v = f.get(kGgufFragmentKey)) c.fragment_tokenization = v->as_bool();
+  if (arch->moe) {  // llama.cpp: expert width defaults to n_ff / n_expert_used
+    c.n_experts = r.integer("expert_count");
+    c.n_experts_used = r.integer("expert_used_count");
+    EFIM_CHECK(c.n_experts > 0 && c.n_experts_used > 0, "GGUF: ", r.arch, ".expert_count ",
+               c.n_experts, " and expert_used_count ", c.n_experts_used, " must be > 0");
+    c.expert_intermediate =
+        r.integer_or("expert_feed_forward_length", c.intermediate / c.n_experts_used);
+    // llama.cpp's qwen3moe always renormalises; efim also reads the key it writes for a
+    // checkpoint with norm_topk_prob = false.
+    if (const GgufValue* v = r.get("expert_weights_norm")) c.expert_weights_norm = v->as_bool();
+  }
   try {
     c.validate();
   } catch (const Error& e) {
@@ -422,6 +457,12 @@ void write_gguf_metadata(const ModelConfig& c, GgufWriter& w) {
   }
   // Llama3 scaling travels as the rope_freqs.weight tensor (written by the converter).
   if (c.fragment_tokenization) w.set_bool(kGgufFragmentKey, true);
+  if (c.moe()) {
+    w.set_u32(a + ".expert_count", u32(c.n_experts));
+    w.set_u32(a + ".expert_used_count", u32(c.n_experts_used));
+    w.set_u32(a + ".expert_feed_forward_length", u32(c.expert_intermediate));
+    w.set_bool(a + ".expert_weights_norm", c.expert_weights_norm);
+  }
 }
 
 }  // namespace efim

@@ -13,7 +13,7 @@ namespace efim {
 class GgufFile;
 class GgufWriter;
 
-enum class ModelArch { Llama, Qwen2, Qwen3, StarCoder2, Gemma };
+enum class ModelArch { Llama, Qwen2, Qwen3, StarCoder2, Gemma, Qwen3Moe };
 
 // Normalisation of the residual stream: RMSNorm x / rms(x) * w, or LayerNorm
 // (x - mean) / sqrt(var + eps) * w + b.
@@ -72,7 +72,16 @@ struct ModelConfig {
   // efim.fragment_tokenization, config.json "efim_fragment_tokenization"): it continues a
   // partial word after the middle sentinel, so the server does not token-heal EFIM for it.
   bool fragment_tokenization = false;
+  // Mixture of experts (qwen3moe), every layer: a router W[n_experts, hidden] scores the experts,
+  // p = softmax(router . x), the n_experts_used most probable run (their p renormalised to sum 1
+  // when expert_weights_norm), each a SwiGLU MLP of width expert_intermediate, summed with
+  // weights p. n_experts = 0: a dense MLP of width intermediate.
+  int64_t n_experts = 0;
+  int64_t n_experts_used = 0;
+  int64_t expert_intermediate = 0;
+  bool expert_weights_norm = true;
 
+  bool moe() const { return n_experts > 0; }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
 
@@ -88,7 +97,8 @@ struct ModelConfig {
 // reads the ModelConfig flags these set.
 struct ArchTraits {
   ModelArch arch;
-  std::string_view name;     // HF model_type and GGUF general.architecture
+  std::string_view name;     // GGUF general.architecture
+  std::string_view hf_name;  // HF model_type
   bool always_qkv_bias;      // q/k/v biases whatever config.json says (qwen2)
   bool qk_norm;              // per-head q/k RMSNorm before RoPE (qwen3)
   bool sliding_window_flag;  // config.json may carry use_sliding_window (must be false)
@@ -108,14 +118,15 @@ struct ArchTraits {
   // Attention is windowed to config.json's sliding_window (starcoder2); efim's is full, so the
   // context stops at the window, where both agree.
   bool window_caps_context;
+  bool moe;  // the MLP is a mixture of experts (ModelConfig::n_experts)
 };
 
 std::string_view arch_name(ModelArch a);
 const ArchTraits& arch_traits(ModelArch a);
-// The row whose name is `name`, or nullptr.
-const ArchTraits* find_arch(std::string_view name);
-// "llama, qwen2, qwen3, starcoder2, gemma": for error messages.
-std::string arch_names();
+// The row whose GGUF name (or, with hf, HF model_type) is `name`, or nullptr.
+const ArchTraits* find_arch(std::string_view name, bool hf = false);
+// "llama, qwen2, qwen3, starcoder2, gemma, qwen3moe" (hf: "..., qwen3_moe"): for error messages.
+std::string arch_names(bool hf = false);
 
 // GGUF key of ModelConfig::fragment_tokenization (bool).
 inline constexpr const char* kGgufFragmentKey = "efim.fragment_tokenization";  // "llama", "qwen2"

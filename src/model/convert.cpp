@@ -63,6 +63,11 @@ struct Job {
   bool output = false;   // the output matrix, or the embedding when the head is tied to it
   int64_t layer = -1;
   bool more_bits_role = false;  // attn_v or ffn_down: a _M mix gives these Q6_K in some layers
+  std::string role = {};  // the layer role (TensorNames::layer), empty outside the layers
+  // More HF tensors of hf's shape, stacked after it into one [1 + n, rows, cols] tensor (the
+  // experts of a layer: llama.cpp's blk.N.ffn_*_exps).
+  std::vector<std::string> stack = {};
+  bool keep_f32 = false;  // the expert router stays f32, as llama.cpp's converter and quantizer keep it
 };
 
 std::vector<Job> plan_jobs(const ModelConfig& c) {
@@ -78,6 +83,7 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
       jobs.push_back({TensorNames::layer(hf, l, role, suffix),
                       TensorNames::layer(gg, l, role, suffix), permute ? heads : 0});
       jobs.back().layer = l;
+      jobs.back().role = role;
       const std::string_view r = role;
       jobs.back().more_bits_role = r == "v" || r == "down" || r == "proj";
     };
@@ -107,6 +113,18 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
       if (c.mlp_bias) add("fc", "bias", 0);
       add("proj", "weight", 0);
       if (c.mlp_bias) add("proj", "bias", 0);
+    } else if (c.moe()) {
+      add("router", "weight", 0);
+      jobs.back().keep_f32 = true;
+      for (const char* role : {"gate", "up", "down"}) {
+        Job j;
+        j.hf = TensorNames::expert(hf, l, 0, role);
+        j.gguf = TensorNames::expert(gg, l, 0, role);
+        for (int64_t e = 1; e < c.n_experts; ++e) j.stack.push_back(TensorNames::expert(hf, l, e, role));
+        j.layer = l;
+        j.more_bits_role = std::string_view(role) == "down";
+        jobs.push_back(std::move(j));
+      }
     } else {
       add("gate", "weight", 0);
       add("up", "weight", 0);
@@ -142,7 +160,7 @@ DType fallback(DType t) {
 
 DType choose_dtype(const ConvertOptions& o, const ModelConfig& c, const Job& job,
                    const TensorView& t) {
-  if (t.shape.size() != 2) return DType::F32;  // norms and biases
+  if (t.shape.size() != 2 || job.keep_f32) return DType::F32;  // norms, biases, the router
   if (!is_quantized(o.out_dtype)) return o.out_dtype;
   DType want = o.out_dtype;
   // The output matrix (or the tied embedding) keeps more bits, as llama.cpp's quantizer does.
@@ -150,6 +168,12 @@ DType choose_dtype(const ConvertOptions& o, const ModelConfig& c, const Job& job
   if (is_k_quant(want) && o.more_bits_mix && job.more_bits_role &&
       use_more_bits(job.layer, c.n_layers))
     want = DType::Q6_K;
+  // llama.cpp's rules for a model of exactly 8 experts (Mixtral's count): attn_k and attn_v in
+  // Q8_0, and in the Q4_K mix attn_output in Q5_K.
+  if (c.n_experts == 8 && want != DType::Q8_0) {
+    if (job.role == "k" || job.role == "v") want = DType::Q8_0;
+    if (job.role == "o" && o.more_bits_mix && o.out_dtype == DType::Q4_K) want = DType::Q5_K;
+  }
   while (is_quantized(want) && t.shape[1] % dtype_info(want).block_elems != 0)
     want = fallback(want);
   return want;
@@ -226,15 +250,22 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& job = jobs[i];
     TensorView t = *src->find(job.hf);  // present: bind_weights checked
-    f32.resize(static_cast<size_t>(t.numel()));
+    const int64_t n_parts = 1 + static_cast<int64_t>(job.stack.size());
+    f32.resize(static_cast<size_t>(t.numel() * n_parts));
     dequantize(t.data, t.numel(), t.dtype, f32.data());
+    for (int64_t p = 1; p < n_parts; ++p) {  // same shape: bind_weights checked
+      TensorView part = *src->find(job.stack[p - 1]);
+      dequantize(part.data, part.numel(), part.dtype, f32.data() + p * t.numel());
+    }
     const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
     if (job.permute_heads > 0) permute_rope_rows(f32.data(), job.permute_heads, c.head_dim, cols);
     if (job.add != 0.0f)
       for (float& v : f32) v += job.add;
     const DType dt = choose_dtype(o, c, job, t);
-    std::vector<uint8_t> bytes = quantize(f32.data(), t.numel(), dt);
-    w.add_tensor(job.gguf, dt, t.shape, bytes.data(), bytes.size());
+    std::vector<uint8_t> bytes = quantize(f32.data(), t.numel() * n_parts, dt);
+    std::vector<int64_t> shape = t.shape;
+    if (n_parts > 1) shape.insert(shape.begin(), n_parts);
+    w.add_tensor(job.gguf, dt, shape, bytes.data(), bytes.size());
     res.tensor_bytes += bytes.size();
     ++res.n_tensors;
     if (o.progress)

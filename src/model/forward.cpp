@@ -5,6 +5,9 @@
 //               (qwen3: q and k heads rms-normalised, weights q_norm / k_norm, before RoPE)
 //               x = h + Wdown . (silu(Wgate.rms(h)) * Wup.rms(h))
 //   logits = Wout . rms(x)      (Wout = embed when tied)
+// Qwen3-MoE: the MLP is a mixture of experts (moe_block):
+//               p = softmax(Wrouter . rms(h)), E = the k largest p (renormalised to sum 1),
+//               x = h + sum over e in E of p_e Wdown_e . (silu(Wgate_e.rms(h)) * Wup_e.rms(h))
 // StarCoder2: LayerNorm with bias in place of rms, x = h + Wdown . gelu(Wup.norm(h) + bup) + bdown,
 // biases on q, k, v, o. Gemma: x = embed[token] * sqrt(hidden), gelu in place of silu (GeGLU).
 //
@@ -27,6 +30,14 @@ void for_rows(ThreadPool& pool, int64_t n, Fn&& fn) {
   pool.parallel_for(n, 16, [&](int, int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) fn(r);
   });
+}
+
+// p[0..n) = softmax(p): exp(p - max) / sum, in f32 as Hugging Face's router.
+void softmax_inplace(float* p, int64_t n) {
+  const float mx = *std::max_element(p, p + n);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += p[i] = std::exp(p[i] - mx);
+  for (int64_t i = 0; i < n; ++i) p[i] /= sum;
 }
 
 void resize(std::vector<float>& v, int64_t n) {
@@ -169,6 +180,79 @@ void Model::mlp_block(int64_t layer, int64_t n) {
   matmul(act, n, w.w_down, s_.proj.data());  // [n, hidden]
 }
 
+// In: s_.xn = rms(h) * ffn_norm. Out: s_.proj = the experts' weighted sum (see the top).
+// Tokens are grouped by expert, so each chosen expert runs one matmul per matrix over its
+// tokens; a token's sum runs over its experts in ascending index (whatever the batch holds).
+void Model::moe_block(int64_t layer, int64_t n) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[layer];
+  const int64_t E = c.n_experts, k = c.n_experts_used, H = c.hidden, ff = c.expert_intermediate;
+  resize(s_.router, n * E);
+  s_.route.resize(static_cast<size_t>(n * k));
+  s_.route_w.resize(static_cast<size_t>(n * k));
+  matmul(s_.xn.data(), n, w.router, s_.router.data());  // [n, E]
+  for_rows(*pool_, n, [&](int64_t i) {
+    float* p = &s_.router[i * E];
+    softmax_inplace(p, E);
+    // The k largest probabilities, ties to the lower index; then ascending expert order.
+    int32_t* r = &s_.route[i * k];
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < E; ++e) {
+        if (std::find(r, r + j, e) != r + j) continue;
+        if (best < 0 || p[e] > p[best]) best = e;
+      }
+      r[j] = best;
+    }
+    std::sort(r, r + k);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) sum += p[r[j]];
+    for (int64_t j = 0; j < k; ++j)
+      s_.route_w[i * k + j] = c.expert_weights_norm ? p[r[j]] / sum : p[r[j]];
+  });
+  // Counting sort of (token, weight) by expert.
+  s_.expert_begin.assign(static_cast<size_t>(E + 1), 0);
+  for (int32_t e : s_.route) ++s_.expert_begin[e + 1];
+  for (int64_t e = 0; e < E; ++e) s_.expert_begin[e + 1] += s_.expert_begin[e];
+  s_.expert_rows.resize(s_.route.size());
+  s_.expert_rows_w.resize(s_.route.size());
+  {
+    std::vector<int64_t>& at = s_.expert_fill;
+    at.assign(s_.expert_begin.begin(), s_.expert_begin.end() - 1);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t slot = at[s_.route[i * k + j]]++;
+        s_.expert_rows[slot] = static_cast<int32_t>(i);
+        s_.expert_rows_w[slot] = s_.route_w[i * k + j];
+      }
+  }
+  std::fill(s_.proj.begin(), s_.proj.begin() + n * H, 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t b = s_.expert_begin[e], m = s_.expert_begin[e + 1] - b;
+    if (m == 0) continue;
+    const int32_t* tok = &s_.expert_rows[b];
+    const float* xe = s_.xn.data();  // [m, H]: the expert's tokens (all of them when n == 1)
+    if (n > 1) {
+      resize(s_.ex, m * H);
+      for (int64_t r = 0; r < m; ++r) std::copy_n(&s_.xn[tok[r] * H], H, &s_.ex[r * H]);
+      xe = s_.ex.data();
+    }
+    resize(s_.eg, m * ff);
+    resize(s_.eu, m * ff);
+    resize(s_.ey, m * H);
+    matmul(xe, m, w.expert_gate[e], s_.eg.data());  // [m, ff]
+    matmul(xe, m, w.expert_up[e], s_.eu.data());    // [m, ff]
+    for (int64_t r = 0; r < m; ++r) ops::silu_mul(&s_.eg[r * ff], &s_.eu[r * ff], ff);
+    matmul(s_.eg.data(), m, w.expert_down[e], s_.ey.data());  // [m, H]
+    for (int64_t r = 0; r < m; ++r) {
+      float* out = &s_.proj[tok[r] * H];
+      const float* y = &s_.ey[r * H];
+      const float pw = s_.expert_rows_w[b + r];
+      for (int64_t j = 0; j < H; ++j) out[j] += pw * y[j];
+    }
+  }
+}
+
 void Model::norm_row(const float* x, const std::vector<float>& w, const std::vector<float>& b,
                      float* y) const {
   const float eps = static_cast<float>(config_.rms_eps);
@@ -214,8 +298,8 @@ void Model::forward(const Batch& b, KvCache& kv, float* logits) {
   resize(s_.qkv, n * (c.q_dim() + 2 * c.kv_dim()));
   resize(s_.att, n * c.q_dim());
   resize(s_.proj, n * H);
-  resize(s_.gate_up, n * 2 * c.intermediate);
-  resize(s_.act, n > 1 ? n * c.intermediate : 0);
+  resize(s_.gate_up, c.moe() ? 0 : n * 2 * c.intermediate);
+  resize(s_.act, n > 1 && !c.moe() ? n * c.intermediate : 0);
   s_.rope.build(inv_freq_, b.positions.data(), n);
   group_tokens(b);
 
@@ -235,7 +319,10 @@ void Model::forward(const Batch& b, KvCache& kv, float* logits) {
       add_norm_row(&s_.x[i * H], &s_.proj[i * H], layers[l].ffn_norm, layers[l].ffn_norm_b,
                    &s_.xn[i * H]);
     });
-    mlp_block(l, n);
+    if (c.moe())
+      moe_block(l, n);
+    else
+      mlp_block(l, n);
     // x = h + mlp; xn = norm(x) with the next layer's attn_norm (the last layer's sum only).
     const bool last = l + 1 == c.n_layers;
     for_rows(*pool_, n, [&](int64_t i) {

@@ -148,7 +148,13 @@ void Model::fuse_projections() {
   for (const LayerWeights& w : weights_.layers) {
     FusedLayer f;
     f.qkv = fuse({&w.wq, &w.wk, &w.wv});
-    f.gate_up = config_.mlp == MlpKind::Gelu ? fuse({&w.w_up}) : fuse({&w.w_gate, &w.w_up});
+    if (config_.moe()) {
+      // experts: their gate and up stay in the file (no copy of most of the model)
+    } else if (config_.mlp == MlpKind::Gelu) {
+      f.gate_up = fuse({&w.w_up});
+    } else {
+      f.gate_up = fuse({&w.w_gate, &w.w_up});
+    }
     if (config_.qkv_bias) {
       f.bqkv = w.bq;
       f.bqkv.insert(f.bqkv.end(), w.bk.begin(), w.bk.end());

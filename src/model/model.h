@@ -50,6 +50,7 @@ class Model {
   void validate(const Batch& batch, const KvCache& kv) const;
   void attention_block(int64_t layer, const Batch& batch, KvCache& kv);
   void mlp_block(int64_t layer, int64_t n);
+  void moe_block(int64_t layer, int64_t n);
   void group_tokens(const Batch& batch);
   // Concatenates the q|k|v and gate|up projections of every layer into one matrix each (one
   // matmul, one pool wake-up and one activation quantization instead of several per token).
@@ -98,6 +99,15 @@ class Model {
     std::vector<float> gate_up;  // [n, 2 intermediate] gate | up of each token
     std::vector<float> act;      // [n, intermediate] silu(gate) * up
     std::vector<float> part;     // [n, rows of one part] a part of a mixed-dtype fused matmul
+    // Mixture of experts; k = experts used per token, m = tokens routed to one expert.
+    std::vector<float> router;       // [n, n_experts] router logits, then probabilities
+    std::vector<int32_t> route;      // [n, k] chosen experts of each token, ascending
+    std::vector<float> route_w;      // [n, k] their weights
+    std::vector<int32_t> expert_rows;  // tokens grouped by expert (counting sort of route)
+    std::vector<float> expert_rows_w;  // the weight of each entry of expert_rows
+    std::vector<int64_t> expert_begin;  // [n_experts + 1] expert e owns entries [begin[e], begin[e+1])
+    std::vector<int64_t> expert_fill;   // [n_experts] next free entry of each expert
+    std::vector<float> ex, eg, eu, ey;  // [m, hidden], [m, ff], [m, ff], [m, hidden]
     ops::RopeTable rope;
     std::vector<ops::AttentionSeq> seqs;
     ops::AttentionScratch attention;

@@ -25,6 +25,7 @@ const std::map<std::string, std::pair<std::string, std::string>>& role_names() {
       {"down", {"mlp.down_proj", "ffn_down"}},
       {"fc", {"mlp.c_fc", "ffn_up"}},
       {"proj", {"mlp.c_proj", "ffn_down"}},
+      {"router", {"mlp.gate", "ffn_gate_inp"}},
   };
   return m;
 }
@@ -69,6 +70,32 @@ std::vector<float> bind_vector(const TensorSource& src, const std::string& name,
   return out;
 }
 
+// The experts' matrices of one role: HF has one [rows, cols] tensor per expert, GGUF one
+// [n_experts, rows, cols] tensor whose expert e starts e * rows rows in.
+std::vector<cpu::WeightMatrix> bind_experts(const ModelConfig& c, const TensorSource& src,
+                                            WeightNaming nm, int64_t layer, const char* role,
+                                            int64_t rows, int64_t cols) {
+  std::vector<cpu::WeightMatrix> out;
+  if (nm == WeightNaming::HF) {
+    for (int64_t e = 0; e < c.n_experts; ++e)
+      out.push_back(bind_matrix(src, TensorNames::expert(nm, layer, e, role), rows, cols));
+    return out;
+  }
+  const std::string name = TensorNames::expert(nm, layer, 0, role);
+  TensorView t = require(src, name, {c.n_experts, rows, cols});
+  EFIM_CHECK(is_matmul_dtype(t.dtype), "weights: tensor ", name, " has dtype ", dtype_name(t.dtype),
+             ", expected f32, f16, bf16 or a block-quantized type");
+  EFIM_CHECK(cols % dtype_info(t.dtype).block_elems == 0, "weights: tensor ", name, " row length ",
+             cols, " is not a multiple of the ", dtype_name(t.dtype), " block size");
+  const uint64_t expert_bytes = static_cast<uint64_t>(rows) * dtype_row_bytes(t.dtype, cols);
+  EFIM_CHECK(t.nbytes == expert_bytes * static_cast<uint64_t>(c.n_experts), "weights: tensor ",
+             name, " holds ", t.nbytes, " bytes, expected ", expert_bytes * c.n_experts);
+  const auto* base = static_cast<const uint8_t*>(t.data);
+  for (int64_t e = 0; e < c.n_experts; ++e)
+    out.push_back(cpu::WeightMatrix{t.dtype, rows, cols, base + e * expert_bytes});
+  return out;
+}
+
 // Gemma's HF RMSNorm weights are stored minus one (ModelConfig::norm_weight_offset).
 void add_offset(std::vector<float>& w, float offset) {
   if (offset != 0.0f)
@@ -101,6 +128,14 @@ LayerWeights bind_layer(const ModelConfig& c, const TensorSource& src, WeightNam
   if (c.qk_norm) {
     l.q_norm = bind_vector(src, name("q_norm"), c.head_dim);
     l.k_norm = bind_vector(src, name("k_norm"), c.head_dim);
+  }
+  if (c.moe()) {
+    const int64_t ff = c.expert_intermediate;
+    l.router = bind_matrix(src, name("router"), c.n_experts, c.hidden);
+    l.expert_gate = bind_experts(c, src, nm, i, "gate", ff, c.hidden);
+    l.expert_up = bind_experts(c, src, nm, i, "up", ff, c.hidden);
+    l.expert_down = bind_experts(c, src, nm, i, "down", c.hidden, ff);
+    return l;
   }
   const bool gelu = c.mlp == MlpKind::Gelu;  // no gate: c_fc / c_proj
   const char* up = gelu ? "fc" : "up";
@@ -136,6 +171,15 @@ std::string TensorNames::layer(WeightNaming n, int64_t layer, const std::string&
   EFIM_CHECK(it != role_names().end(), "weights: unknown layer tensor role ", role);
   if (n == WeightNaming::HF) return str("model.layers.", layer, ".", it->second.first, ".", suffix);
   return str("blk.", layer, ".", it->second.second, ".", suffix);
+}
+
+std::string TensorNames::expert(WeightNaming n, int64_t layer, int64_t expert,
+                                const std::string& role) {
+  EFIM_CHECK(role == "gate" || role == "up" || role == "down", "weights: unknown expert role ",
+             role);
+  if (n == WeightNaming::HF)
+    return str("model.layers.", layer, ".mlp.experts.", expert, ".", role, "_proj.weight");
+  return str("blk.", layer, ".ffn_", role, "_exps.weight");
 }
 
 ModelWeights bind_weights(const ModelConfig& c, const TensorSource& src, WeightNaming naming) {

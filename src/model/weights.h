@@ -29,6 +29,11 @@ struct LayerWeights {
   cpu::WeightMatrix w_up;         // [intermediate, hidden] (GELU MLP: c_fc)
   cpu::WeightMatrix w_down;       // [hidden, intermediate] (GELU MLP: c_proj)
   std::vector<float> b_up, b_down;  // [intermediate], [hidden]; empty without mlp_bias
+  // Mixture of experts (config.moe(); the dense w_gate / w_up / w_down are then empty):
+  cpu::WeightMatrix router;                      // [n_experts, hidden]
+  std::vector<cpu::WeightMatrix> expert_gate;    // n_experts x [expert_intermediate, hidden]
+  std::vector<cpu::WeightMatrix> expert_up;      // n_experts x [expert_intermediate, hidden]
+  std::vector<cpu::WeightMatrix> expert_down;    // n_experts x [hidden, expert_intermediate]
 };
 
 struct ModelWeights {
@@ -45,10 +50,15 @@ struct TensorNames {
   static std::string output_norm(WeightNaming n, const std::string& suffix = "weight");
   static std::string output(WeightNaming n);
   // role: one of attn_norm, ffn_norm, q, k, v, o, q_norm, k_norm, gate, up, down, fc, proj
-  // (fc / proj: the GELU MLP's c_fc / c_proj, GGUF ffn_up / ffn_down); suffix "weight" or
-  // "bias".
+  // (fc / proj: the GELU MLP's c_fc / c_proj, GGUF ffn_up / ffn_down), router (the experts'
+  // gate, GGUF ffn_gate_inp); suffix "weight" or "bias".
   static std::string layer(WeightNaming n, int64_t layer, const std::string& role,
                            const std::string& suffix = "weight");
+  // One expert's matrix, role gate, up or down: HF model.layers.N.mlp.experts.E.gate_proj.weight;
+  // GGUF stacks the experts into one tensor [n_experts, rows, cols], blk.N.ffn_gate_exps.weight
+  // (expert is then ignored).
+  static std::string expert(WeightNaming n, int64_t layer, int64_t expert,
+                            const std::string& role);
 };
 
 // Binds every tensor the config needs; throws Error naming the tensor with expected vs actual

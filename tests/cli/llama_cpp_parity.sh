@@ -2,9 +2,10 @@
 # efim vs llama.cpp's prebuilt library on GGUFs written by `efim convert`: logits of every prompt
 # position within a per-dtype tolerance, and the same 64 greedy tokens.
 #   tiny random llama (GQA, llama3 rope scaling, untied), qwen2 (q/k/v biases, tied) and qwen3
-#   (per-head q/k RMSNorm, head_dim 32 with hidden 64), starcoder2 (LayerNorm, GELU MLP, biases
-#   everywhere, tied) and gemma (embeddings x sqrt(hidden), norms (1 + w), GeGLU, one KV head), F32
-#   and BF16; efim-base-py (when ../shared has it) in BF16 and Q8_0.
+#   (per-head q/k RMSNorm, head_dim 32 with hidden 64), qwen3_moe (8 experts, top-2 renormalised,
+#   stacked expert tensors), starcoder2 (LayerNorm, GELU MLP, biases everywhere, tied) and gemma (embeddings x sqrt(hidden), norms (1 + w), GeGLU, one KV head), F32
+#   and BF16; efim-base-py (when ../shared has it) in BF16 and Q8_0. PARITY_KINDS="qwen3 ..." runs
+#   only those tiny kinds.
 # usage: llama_cpp_parity.sh EFIM_BINARY
 set -euo pipefail
 EFIM=$1
@@ -40,7 +41,7 @@ check() {
 }
 
 "$PY" "$ROOT/scripts/make_tiny_tokenizer.py" "$WORK/tok300.json" --vocab 300
-for kind in llama qwen2 qwen3 starcoder2 gemma; do
+for kind in ${PARITY_KINDS:-llama qwen2 qwen3 qwen3_moe starcoder2 gemma}; do
   for dtype in f32 bf16; do
     dir=$WORK/$kind-$dtype
     "$PY" "$ROOT/scripts/make_tiny_model.py" "$dir" --kind $kind --dtype $dtype >/dev/null

@@ -2,7 +2,10 @@
 // against a direct double-precision implementation.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <random>
@@ -93,7 +96,65 @@ TEST(ModelConfig, ParsesHfQwen3FromTheArchitectureTable) {
             std::string::npos);
   j = llama_json();
   j["model_type"] = "gpt2";
-  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("(llama, qwen2, qwen3, starcoder2, gemma)"),
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("(llama, qwen2, qwen3, starcoder2, gemma, qwen3_moe)"),
+            std::string::npos);
+}
+
+// Qwen3-Coder-30B-A3B's config.json fields (its shape: 128 experts, 8 used, width 768).
+TEST(ModelConfig, ParsesHfQwen3MoeAndRoundTripsGguf) {
+  nlohmann::json j = llama_json();
+  j["model_type"] = "qwen3_moe";
+  j["head_dim"] = 32;
+  j["num_experts"] = 128;
+  j["num_experts_per_tok"] = 8;
+  j["moe_intermediate_size"] = 768;
+  j["norm_topk_prob"] = true;
+  j["decoder_sparse_step"] = 1;
+  j["mlp_only_layers"] = nlohmann::json::array();
+  ModelConfig c = config_from_hf_json(j, "cfg");
+  EXPECT_EQ(c.arch, ModelArch::Qwen3Moe);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.moe());
+  EXPECT_EQ(c.n_experts, 128);
+  EXPECT_EQ(c.n_experts_used, 8);
+  EXPECT_EQ(c.expert_intermediate, 768);
+  EXPECT_TRUE(c.expert_weights_norm);
+  EXPECT_EQ(arch_name(ModelArch::Qwen3Moe), "qwen3moe");  // GGUF's name; HF's is qwen3_moe
+  EXPECT_NE(c.summary().find("8 of 128 experts of width 768 (renormalised)"), std::string::npos)
+      << c.summary();
+
+  // GGUF keys as llama.cpp's converter writes them, and back.
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("efim-moe-" + std::to_string(getpid()) + ".gguf"))
+          .string();
+  GgufWriter w;
+  write_gguf_metadata(c, w);
+  w.write(path);
+  GgufFile f = GgufFile::open(path);
+  std::filesystem::remove(path);  // the file stays mapped until f goes
+  EXPECT_EQ(f.get("qwen3moe.expert_count")->as_i64(), 128);
+  EXPECT_EQ(f.get("qwen3moe.expert_used_count")->as_i64(), 8);
+  EXPECT_EQ(f.get("qwen3moe.expert_feed_forward_length")->as_i64(), 768);
+  ModelConfig g = config_from_gguf(f);
+  EXPECT_EQ(g.arch, ModelArch::Qwen3Moe);
+  EXPECT_EQ(g.n_experts, 128);
+  EXPECT_EQ(g.n_experts_used, 8);
+  EXPECT_EQ(g.expert_intermediate, 768);
+  EXPECT_TRUE(g.expert_weights_norm);
+
+  // HF's default is no renormalisation; dense layers among the experts are refused.
+  j.erase("norm_topk_prob");
+  EXPECT_FALSE(config_from_hf_json(j, "cfg").expert_weights_norm);
+  j["mlp_only_layers"] = {0, 3};
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("mlp_only_layers [0,3]"),
+            std::string::npos);
+  j["mlp_only_layers"] = nlohmann::json::array();
+  j["num_experts_per_tok"] = 200;
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); })
+                .find("200 experts used per token but only 128 experts"),
+            std::string::npos);
+  j.erase("num_experts");
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("\"num_experts\""),
             std::string::npos);
 }
 

@@ -47,6 +47,9 @@ LoadOptions two_threads() {
 }
 
 // Tiny models and their reference logits, generated once for the whole binary.
+// Every architecture's tiny model (make_tiny_model.py --kind).
+constexpr const char* kKinds[] = {"llama", "qwen2", "qwen3", "qwen3_moe", "starcoder2", "gemma"};
+
 class TinyModels : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -59,7 +62,7 @@ class TinyModels : public ::testing::Test {
     ref_.clear();
   }
 
-  // The tiny model of a kind ("llama", "qwen2", "qwen3", "starcoder2", "gemma") and dtype ("f32", "bf16"), generated on first
+  // The tiny model of a kind (kKinds) and dtype ("f32", "bf16"), generated on first
   // use (ctest runs each test in its own process). The bf16 llama is sharded: it exercises
   // model.safetensors.index.json.
   static std::string folder(const std::string& kind, const std::string& dt) {
@@ -100,6 +103,31 @@ class TinyModels : public ::testing::Test {
     return d;
   }
 
+  // Quantized kernels against the reference: every position within tol, except that in the
+  // mixture of experts a router near-tie can pick another expert once activations are rounded
+  // (llama.cpp's kernels flip the same positions: tests/cli/llama_cpp_parity.sh); there at most
+  // 3 of the 40 positions may exceed tol.
+  static void expect_within(const std::string& kind, const std::string& model_path,
+                            const std::string& ref_folder, float tol,
+                            LoadOptions opts = two_threads()) {
+    auto m = Model::load(model_path, opts);
+    std::vector<float> got = all_logits(*m, tokens_);
+    const std::vector<float>& want = ref(ref_folder);
+    ASSERT_EQ(got.size(), want.size());
+    const size_t V = got.size() / tokens_.size();
+    int over = 0;
+    float worst = 0.0f;
+    for (size_t p = 0; p < tokens_.size(); ++p) {
+      float d = 0.0f;
+      for (size_t j = 0; j < V; ++j) d = std::max(d, std::fabs(got[p * V + j] - want[p * V + j]));
+      worst = std::max(worst, d);
+      over += d > tol;
+    }
+    std::cout << "  [" << model_path.substr(dir_->path().size() + 1) << "] max|diff| " << worst
+              << ", " << over << " positions over " << tol << "\n";
+    EXPECT_LE(over, kind == "qwen3_moe" ? 3 : 0) << kind << ": worst " << worst;
+  }
+
   static std::unique_ptr<test::TempDir> dir_;
   static std::vector<int32_t> tokens_;
   static std::map<std::string, std::vector<float>> ref_;
@@ -109,7 +137,7 @@ std::vector<int32_t> TinyModels::tokens_;
 std::map<std::string, std::vector<float>> TinyModels::ref_;
 
 TEST_F(TinyModels, ReferenceIsNonTrivial) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
+  for (const char* kind : kKinds) {
     const std::vector<float>& r = ref(folder(kind, "f32"));
     ASSERT_EQ(r.size(), tokens_.size() * 300) << kind;
     EXPECT_GT(max_abs(r), 1.0f) << kind;
@@ -117,20 +145,20 @@ TEST_F(TinyModels, ReferenceIsNonTrivial) {
 }
 
 TEST_F(TinyModels, FolderMatchesReference) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"})
+  for (const char* kind : kKinds)
     for (const char* dt : {"f32", "bf16"})
       EXPECT_LE(diff_to_ref(folder(kind, dt), folder(kind, dt)), 1e-4f) << kind << " " << dt;
 }
 
 TEST_F(TinyModels, GgufF32MatchesReference) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
+  for (const char* kind : kKinds) {
     std::string gguf = convert(folder(kind, "f32"), DType::F32);
     EXPECT_LE(diff_to_ref(gguf, folder(kind, "f32")), 1e-4f) << kind;
   }
 }
 
 TEST_F(TinyModels, GgufBf16FromBf16WeightsMatchesReference) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
+  for (const char* kind : kKinds) {
     std::string gguf = convert(folder(kind, "bf16"), DType::BF16);
     EXPECT_LE(diff_to_ref(gguf, folder(kind, "bf16")), 1e-4f) << kind;
   }
@@ -140,12 +168,12 @@ TEST_F(TinyModels, GgufBf16FromBf16WeightsMatchesReference) {
 // about 8 per block of 32, and the Q8_0 kernels also round activations to int8 blocks (as
 // llama.cpp does), which dominates on these tiny models (sharp attention, rows of 64).
 TEST_F(TinyModels, GgufF16AndQ8_0WithinQuantizationError) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
+  for (const char* kind : kKinds) {
     const float scale = max_abs(ref(folder(kind, "f32")));
     std::string f16 = convert(folder(kind, "f32"), DType::F16);
     EXPECT_LE(diff_to_ref(f16, folder(kind, "f32")), 5e-3f * scale) << kind;
     std::string q8 = convert(folder(kind, "f32"), DType::Q8_0);
-    EXPECT_LE(diff_to_ref(q8, folder(kind, "f32")), 6e-2f * scale) << kind;
+    expect_within(kind, q8, folder(kind, "f32"), 6e-2f * scale);
   }
 }
 
@@ -171,6 +199,53 @@ TEST_F(TinyModels, GgufLayoutFollowsLlamaCpp) {
   EXPECT_TRUE(q.qkv_bias);
   EXPECT_EQ(g.find("blk.0.attn_q.bias")->dtype, DType::F32);
   EXPECT_FALSE(g.find("output.weight"));
+}
+
+// Qwen3-MoE as llama.cpp's converter writes it: each layer's experts stacked into one
+// [n_experts, rows, cols] tensor per role, the router kept f32; the binder checks the stack.
+TEST_F(TinyModels, GgufMoeStacksExpertsAndKeepsRouterF32) {
+  std::string gguf = convert(folder("qwen3_moe", "f32"), DType::Q8_0);
+  GgufFile f = GgufFile::open(gguf);
+  ModelConfig c = config_from_gguf(f);
+  EXPECT_EQ(c.arch, ModelArch::Qwen3Moe);
+  EXPECT_EQ(c.n_experts, 8);
+  EXPECT_EQ(c.n_experts_used, 2);
+  EXPECT_EQ(c.expert_intermediate, 32);
+  EXPECT_FALSE(c.tied_embeddings);
+  ASSERT_TRUE(f.find("blk.1.ffn_gate_inp.weight"));
+  EXPECT_EQ(f.find("blk.1.ffn_gate_inp.weight")->dtype, DType::F32);
+  EXPECT_EQ(f.find("blk.1.ffn_gate_inp.weight")->shape, (std::vector<int64_t>{8, 64}));
+  ASSERT_TRUE(f.find("blk.1.ffn_up_exps.weight"));
+  EXPECT_EQ(f.find("blk.1.ffn_up_exps.weight")->dtype, DType::Q8_0);
+  EXPECT_EQ(f.find("blk.1.ffn_up_exps.weight")->shape, (std::vector<int64_t>{8, 32, 64}));
+  EXPECT_EQ(f.find("blk.0.ffn_down_exps.weight")->shape, (std::vector<int64_t>{8, 64, 32}));
+  EXPECT_FALSE(f.find("blk.0.ffn_up.weight"));
+
+  // Expert 5's up matrix is rows [5 * 32, 6 * 32) of the stack: its first row dequantizes to
+  // the HF tensor's first row (up to Q8_0 rounding).
+  auto m = Model::load(gguf, two_threads());
+  const cpu::WeightMatrix& up5 = m->weights().layers[1].expert_up[5];
+  std::vector<float> row(64);
+  cpu::dequantize_row(up5, 0, row.data());
+  auto hf = SafetensorsFolder::open(folder("qwen3_moe", "f32"));
+  TensorView t = *hf->find("model.layers.1.mlp.experts.5.up_proj.weight");
+  const auto* want = static_cast<const float*>(t.data);
+  for (int j = 0; j < 64; ++j) EXPECT_NEAR(row[j], want[j], 0.02f) << j;
+
+  // A stack with the wrong expert count names the tensor and both shapes.
+  ModelConfig wrong = c;
+  wrong.n_experts = 4;
+  wrong.n_experts_used = 2;
+  auto src = std::make_unique<GgufFile>(GgufFile::open(gguf));
+  std::string err;
+  try {
+    Model::from_source(wrong, std::move(src), WeightNaming::GGUF);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("blk.0.ffn_gate_inp.weight has shape [8, 64], expected [4, 64]"),
+            std::string::npos)
+      << err;
 }
 
 TEST_F(TinyModels, ConverterCallsTokenizerHookAndProgress) {
@@ -211,15 +286,22 @@ void write_dequantized_folder(const std::string& gguf_path, const std::string& h
   if (c.norm == NormKind::Layer)
     names.push_back({TensorNames::output_norm(WeightNaming::GGUF, "bias"),
                      TensorNames::output_norm(WeightNaming::HF, "bias")});
+  std::vector<std::pair<int64_t, std::string>> experts;  // (layer, role) of each stacked tensor
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const bool gelu = c.mlp == MlpKind::Gelu;
     for (const char* role : {"attn_norm", "ffn_norm", "q", "k", "v", "o"})
       names.push_back({TensorNames::layer(WeightNaming::GGUF, l, role),
                        TensorNames::layer(WeightNaming::HF, l, role)});
-    for (const char* role : gelu ? std::vector<const char*>{"fc", "proj"}
-                                 : std::vector<const char*>{"gate", "up", "down"})
-      names.push_back({TensorNames::layer(WeightNaming::GGUF, l, role),
-                       TensorNames::layer(WeightNaming::HF, l, role)});
+    if (c.moe()) {  // the router; the stacked experts are split below
+      names.push_back({TensorNames::layer(WeightNaming::GGUF, l, "router"),
+                       TensorNames::layer(WeightNaming::HF, l, "router")});
+      for (const char* role : {"gate", "up", "down"}) experts.push_back({l, role});
+    } else {
+      for (const char* role : gelu ? std::vector<const char*>{"fc", "proj"}
+                                   : std::vector<const char*>{"gate", "up", "down"})
+        names.push_back({TensorNames::layer(WeightNaming::GGUF, l, role),
+                         TensorNames::layer(WeightNaming::HF, l, role)});
+    }
     if (c.norm == NormKind::Layer)
       for (const char* role : {"attn_norm", "ffn_norm"})
         names.push_back({TensorNames::layer(WeightNaming::GGUF, l, role, "bias"),
@@ -265,6 +347,17 @@ void write_dequantized_folder(const std::string& gguf_path, const std::string& h
     out.push_back({hname, DType::F32, t.shape,
                    std::string(reinterpret_cast<const char*>(f.data()), f.size() * sizeof(float))});
   }
+  for (const auto& [layer, role] : experts) {  // [n_experts, rows, cols] -> one tensor per expert
+    TensorView t = *g.find(TensorNames::expert(WeightNaming::GGUF, layer, 0, role));
+    std::vector<float> f(static_cast<size_t>(t.numel()));
+    dequantize(t.data, t.numel(), t.dtype, f.data());
+    const int64_t per = t.shape[1] * t.shape[2];
+    for (int64_t e = 0; e < t.shape[0]; ++e)
+      out.push_back({TensorNames::expert(WeightNaming::HF, layer, e, role), DType::F32,
+                     {t.shape[1], t.shape[2]},
+                     std::string(reinterpret_cast<const char*>(f.data() + e * per),
+                                 static_cast<size_t>(per) * sizeof(float))});
+  }
   std::filesystem::create_directories(out_dir);
   write_safetensors(out_dir + "/model.safetensors", out);
   std::filesystem::copy_file(hf_dir + "/config.json", out_dir + "/config.json");
@@ -275,14 +368,14 @@ void write_dequantized_folder(const std::string& gguf_path, const std::string& h
 // lose nothing beyond the weight quantization. With the fast kernels what remains is their
 // int8 rounding of activations.
 TEST_F(TinyModels, GgufQ8_0MatchesReferenceOnDequantizedWeights) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
+  for (const char* kind : kKinds) {
     std::string q8 = convert(folder(kind, "f32"), DType::Q8_0);
     std::string deq = *dir_ / (std::string(kind) + "-deq-q8_0");
     write_dequantized_folder(q8, folder(kind, "f32"), deq);
     LoadOptions exact = two_threads();
     exact.reference_matmul = true;
     EXPECT_LE(diff_to_ref(q8, deq, exact), 1e-4f) << kind;
-    EXPECT_LE(diff_to_ref(q8, deq), 4e-2f * max_abs(ref(deq))) << kind;
+    expect_within(kind, q8, deq, 4e-2f * max_abs(ref(deq)));
   }
 }
 
@@ -293,7 +386,7 @@ class Batching : public TinyModels {};
 // Two sequences of different lengths in one step, slots interleaved (A: 2p, B: 2p + 1), tokens
 // shuffled in the batch, equal the sequences run separately.
 TEST_F(Batching, TwoSequencesInOneStepEqualSeparateRuns) {
-  for (const char* kind : {"llama", "qwen2", "qwen3", "starcoder2", "gemma"}) {
+  for (const char* kind : kKinds) {
     auto m = Model::load(folder(kind, "f32"), two_threads());
     std::vector<int32_t> a = prompt(13, 300, 1), b = prompt(7, 300, 2);
     std::vector<float> want_a = all_logits(*m, a), want_b = all_logits(*m, b);
