@@ -78,7 +78,8 @@ Speed run_peer_once(const BenchArgs& a, const std::string& model) {
 }
 
 // Bytes a decode step streams: every weight except the embedding table (one row is read),
-// unless the output projection is tied to it.
+// unless the output projection is tied to it; of a mixture of experts' stacked tensors, the k
+// experts a token uses (k / n_experts of them).
 struct ModelCost {
   double decode_bytes = 0;
   double prefill_flops_per_token = 0;  // matmuls + attention at the benchmark's prompt length
@@ -98,8 +99,12 @@ ModelCost model_cost(const std::string& path, const ModelConfig& c, int prompt_l
     double numel = 1;
     for (auto d : t.dims) numel *= static_cast<double>(d);
     bool embed = t.name == "token_embd.weight";
-    if (!embed || !has_output) cost.decode_bytes += static_cast<double>(t.nbytes);
-    if (t.dims.size() == 2 && (!embed || !has_output)) matmul_params += numel;
+    const bool experts = t.dims.size() == 3 && c.moe();
+    const double used = experts ? static_cast<double>(c.n_experts_used) /
+                                      static_cast<double>(c.n_experts)
+                                : 1.0;
+    if (!embed || !has_output) cost.decode_bytes += used * static_cast<double>(t.nbytes);
+    if ((t.dims.size() == 2 || experts) && (!embed || !has_output)) matmul_params += used * numel;
   }
   // Prefill of P tokens: 2 flops per matmul weight per token (the output head runs for the last
   // token only, which the per-token figure ignores) plus causal attention, QK^T and PV:

@@ -142,6 +142,22 @@ TEST(ModelConfig, ParsesHfQwen3MoeAndRoundTripsGguf) {
   EXPECT_EQ(g.expert_intermediate, 768);
   EXPECT_TRUE(g.expert_weights_norm);
 
+  // A GGUF asking for more experts per token than it has, or for none, is refused.
+  for (int64_t used : {200, 0}) {
+    ModelConfig bad = c;
+    bad.n_experts_used = used;
+    GgufWriter wb;
+    write_gguf_metadata(bad, wb);
+    wb.write(path);
+    GgufFile fb = GgufFile::open(path);
+    std::filesystem::remove(path);
+    const std::string err = error_of([&] { config_from_gguf(fb); });
+    EXPECT_NE(err.find(used ? "200 experts used per token but only 128 experts"
+                            : "expert_used_count 0 must be > 0"),
+              std::string::npos)
+        << err;
+  }
+
   // HF's default is no renormalisation; dense layers among the experts are refused.
   j.erase("norm_topk_prob");
   EXPECT_FALSE(config_from_hf_json(j, "cfg").expert_weights_norm);
