@@ -8,8 +8,10 @@
 #            28-token prompt within a fraction of the logits' spread.
 #   moe256: a random qwen3moe (8 experts of width 256, top-2) whose stacked expert tensors get
 #            those types. With --pure (every tensor the one type) a one-token prompt within
-#            1e-4, and a two-token one with one row allowed over it (pure Q5_K's second position
-#            differs by 0.07, its first by 2e-6; the cause is not found yet). llama.cpp's mixes
+#            1e-4, and a two-token one with one row allowed over it: pure Q5_K's second position
+#            sits on a rounding knife edge (efim's scalar kernels match llama.cpp there to 1e-6,
+#            its SIMD ones, whose f32 sums run in another order, part by 0.07; so does an RMSNorm
+#            summed in f64 as ggml does; the first position agrees to 2e-6). llama.cpp's mixes
 #            give an 8-expert model's attn_k / attn_v Q8_0, whose activations efim does not round
 #            as ggml does (0.07 on one token, as on the dense model), so those files are compared
 #            on 28 tokens within a fraction of the spread, one row allowed over it and one argmax
