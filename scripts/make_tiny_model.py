@@ -58,24 +58,6 @@ KINDS = {
         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, attention_bias=False,
         use_sliding_window=False, bos_token_id=None, eos_token_id=[5, 7],
     ),
-    "qwen3_moe": dict(
-        architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_act="silu",
-        vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, intermediate_size=96, moe_intermediate_size=32,
-        num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
-        mlp_only_layers=[], max_position_embeddings=256, rms_norm_eps=1e-6,
-        rope_theta=1000000.0, tie_word_embeddings=False, attention_bias=False,
-        use_sliding_window=False, bos_token_id=None, eos_token_id=[5, 7],
-    ),
-    "qwen3_moe256": dict(
-        architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_act="silu",
-        vocab_size=300, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=64, intermediate_size=512, moe_intermediate_size=256,
-        num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
-        mlp_only_layers=[], max_position_embeddings=256, rms_norm_eps=1e-6,
-        rope_theta=1000000.0, tie_word_embeddings=False, attention_bias=False,
-        use_sliding_window=False, bos_token_id=None, eos_token_id=[5, 7],
-    ),
     "starcoder2": dict(
         architectures=["Starcoder2ForCausalLM"], model_type="starcoder2",
         hidden_act="gelu_pytorch_tanh", vocab_size=300, hidden_size=64, num_hidden_layers=2,
@@ -100,6 +82,16 @@ KINDS = {
         use_sliding_window=False, bos_token_id=None, eos_token_id=[5, 7],
     ),
 }
+
+
+# qwen3's attention with a mixture of experts in every layer, untied.
+KINDS["qwen3_moe"] = dict(KINDS["qwen3"], architectures=["Qwen3MoeForCausalLM"],
+                          model_type="qwen3_moe", tie_word_embeddings=False,
+                          moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                          norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
+# The mixture of experts again with every width a multiple of 256.
+KINDS["qwen3_moe256"] = dict(KINDS["qwen3_moe"], hidden_size=256, head_dim=64,
+                             intermediate_size=512, moe_intermediate_size=256)
 
 
 def f32_to_bf16_bits(a):

@@ -216,16 +216,14 @@ void Model::moe_block(int64_t layer, int64_t n) {
   for (int64_t e = 0; e < E; ++e) s_.expert_begin[e + 1] += s_.expert_begin[e];
   s_.expert_rows.resize(s_.route.size());
   s_.expert_rows_w.resize(s_.route.size());
-  {
-    std::vector<int64_t>& at = s_.expert_fill;
-    at.assign(s_.expert_begin.begin(), s_.expert_begin.end() - 1);
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t slot = at[s_.route[i * k + j]]++;
-        s_.expert_rows[slot] = static_cast<int32_t>(i);
-        s_.expert_rows_w[slot] = s_.route_w[i * k + j];
-      }
-  }
+  std::vector<int64_t>& fill = s_.expert_fill;  // next free entry of each expert
+  fill.assign(s_.expert_begin.begin(), s_.expert_begin.end() - 1);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t slot = fill[s_.route[i * k + j]]++;
+      s_.expert_rows[slot] = static_cast<int32_t>(i);
+      s_.expert_rows_w[slot] = s_.route_w[i * k + j];
+    }
   std::fill(s_.proj.begin(), s_.proj.begin() + n * H, 0.0f);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t b = s_.expert_begin[e], m = s_.expert_begin[e + 1] - b;
@@ -242,7 +240,7 @@ void Model::moe_block(int64_t layer, int64_t n) {
     resize(s_.ey, m * H);
     matmul(xe, m, w.expert_gate[e], s_.eg.data());  // [m, ff]
     matmul(xe, m, w.expert_up[e], s_.eu.data());    // [m, ff]
-    for (int64_t r = 0; r < m; ++r) ops::silu_mul(&s_.eg[r * ff], &s_.eu[r * ff], ff);
+    ops::silu_mul(s_.eg.data(), s_.eu.data(), m * ff);  // rows side by side in both
     matmul(s_.eg.data(), m, w.expert_down[e], s_.ey.data());  // [m, H]
     for (int64_t r = 0; r < m; ++r) {
       float* out = &s_.proj[tok[r] * H];

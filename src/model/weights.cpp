@@ -45,9 +45,10 @@ TensorView require(const TensorSource& src, const std::string& name,
   return *t;
 }
 
-cpu::WeightMatrix bind_matrix(const TensorSource& src, const std::string& name, int64_t rows,
-                              int64_t cols) {
-  TensorView t = require(src, name, {rows, cols});
+// A matrix of `rows` rows of `cols` elements in t (for stacked experts, all their rows): its
+// dtype can be multiplied, rows are whole blocks, and the bytes are exactly that many rows.
+cpu::WeightMatrix check_matrix(const TensorView& t, const std::string& name, int64_t rows,
+                               int64_t cols) {
   EFIM_CHECK(is_matmul_dtype(t.dtype), "weights: tensor ", name, " has dtype ", dtype_name(t.dtype),
              ", expected f32, f16, bf16 or a block-quantized type");
   EFIM_CHECK(cols % dtype_info(t.dtype).block_elems == 0, "weights: tensor ", name, " row length ",
@@ -56,6 +57,11 @@ cpu::WeightMatrix bind_matrix(const TensorSource& src, const std::string& name, 
   EFIM_CHECK(t.nbytes == expect, "weights: tensor ", name, " holds ", t.nbytes, " bytes, expected ",
              expect);
   return cpu::WeightMatrix{t.dtype, rows, cols, t.data};
+}
+
+cpu::WeightMatrix bind_matrix(const TensorSource& src, const std::string& name, int64_t rows,
+                              int64_t cols) {
+  return check_matrix(require(src, name, {rows, cols}), name, rows, cols);
 }
 
 std::vector<float> bind_vector(const TensorSource& src, const std::string& name, int64_t n) {
@@ -82,17 +88,12 @@ std::vector<cpu::WeightMatrix> bind_experts(const ModelConfig& c, const TensorSo
     return out;
   }
   const std::string name = TensorNames::expert(nm, layer, 0, role);
-  TensorView t = require(src, name, {c.n_experts, rows, cols});
-  EFIM_CHECK(is_matmul_dtype(t.dtype), "weights: tensor ", name, " has dtype ", dtype_name(t.dtype),
-             ", expected f32, f16, bf16 or a block-quantized type");
-  EFIM_CHECK(cols % dtype_info(t.dtype).block_elems == 0, "weights: tensor ", name, " row length ",
-             cols, " is not a multiple of the ", dtype_name(t.dtype), " block size");
-  const uint64_t expert_bytes = static_cast<uint64_t>(rows) * dtype_row_bytes(t.dtype, cols);
-  EFIM_CHECK(t.nbytes == expert_bytes * static_cast<uint64_t>(c.n_experts), "weights: tensor ",
-             name, " holds ", t.nbytes, " bytes, expected ", expert_bytes * c.n_experts);
-  const auto* base = static_cast<const uint8_t*>(t.data);
+  const cpu::WeightMatrix all =  // [n_experts * rows, cols]
+      check_matrix(require(src, name, {c.n_experts, rows, cols}), name, c.n_experts * rows, cols);
+  const uint64_t expert_bytes = static_cast<uint64_t>(rows) * dtype_row_bytes(all.dtype, cols);
   for (int64_t e = 0; e < c.n_experts; ++e)
-    out.push_back(cpu::WeightMatrix{t.dtype, rows, cols, base + e * expert_bytes});
+    out.push_back(cpu::WeightMatrix{all.dtype, rows, cols,
+                                    static_cast<const uint8_t*>(all.data) + e * expert_bytes});
   return out;
 }
 

@@ -127,11 +127,15 @@ TEST(ModelConfig, ParsesHfQwen3MoeAndRoundTripsGguf) {
   const std::string path =
       (std::filesystem::temp_directory_path() / ("efim-moe-" + std::to_string(getpid()) + ".gguf"))
           .string();
-  GgufWriter w;
-  write_gguf_metadata(c, w);
-  w.write(path);
-  GgufFile f = GgufFile::open(path);
-  std::filesystem::remove(path);  // the file stays mapped until f goes
+  auto gguf_of = [&](const ModelConfig& m) {  // the metadata efim writes, opened again
+    GgufWriter w;
+    write_gguf_metadata(m, w);
+    w.write(path);
+    GgufFile f = GgufFile::open(path);
+    std::filesystem::remove(path);  // the file stays mapped until f goes
+    return f;
+  };
+  GgufFile f = gguf_of(c);
   EXPECT_EQ(f.get("qwen3moe.expert_count")->as_i64(), 128);
   EXPECT_EQ(f.get("qwen3moe.expert_used_count")->as_i64(), 8);
   EXPECT_EQ(f.get("qwen3moe.expert_feed_forward_length")->as_i64(), 768);
@@ -146,11 +150,7 @@ TEST(ModelConfig, ParsesHfQwen3MoeAndRoundTripsGguf) {
   for (int64_t used : {200, 0}) {
     ModelConfig bad = c;
     bad.n_experts_used = used;
-    GgufWriter wb;
-    write_gguf_metadata(bad, wb);
-    wb.write(path);
-    GgufFile fb = GgufFile::open(path);
-    std::filesystem::remove(path);
+    GgufFile fb = gguf_of(bad);
     const std::string err = error_of([&] { config_from_gguf(fb); });
     EXPECT_NE(err.find(used ? "200 experts used per token but only 128 experts"
                             : "expert_used_count 0 must be > 0"),
