@@ -204,7 +204,9 @@ int main(int argc, char** argv) {
     std::printf("threads %d, efim kernel %s, best-of wall times\n", threads,
                 std::string(efim::cpu::kernel_name(efim::cpu::active_kernel())).c_str());
     const Shape shapes[] = {{256, 768, 2048}, {64, 768, 2048}, {256, 2048, 768}, {256, 384, 1024},
-                            {1, 768, 2048},   {1, 2048, 768},  {1, 768, 32000},  {1, 384, 1024}};
+                            {1, 768, 2048},   {1, 2048, 768},  {1, 768, 32000},  {1, 384, 1024},
+                            // Qwen2.5-Coder-1.5B decode: gate|up, down, attention
+                            {1, 1536, 17920}, {1, 8960, 1536}, {1, 1536, 1536}};
     for (efim::DType t : dtypes)
       for (const Shape& s : shapes)
         if (s.k % efim::dtype_info(t).block_elems == 0) compare(g, tp, pool, threads, t, s);

@@ -46,6 +46,9 @@ const Shape kDecode[] = {
     {1, 768, 768, "llama100m attn"},    {1, 768, 32000, "llama100m lm head"},
     {1, 384, 1024, "efim-py ffn up"},   {1, 1024, 384, "efim-py ffn down"},
     {1, 384, 16384, "efim-py lm head"},
+    // Qwen2.5-Coder-1.5B (hidden 1536, kv 256, ffn 8960): the model users run most.
+    {1, 1536, 17920, "qwen1.5b gate|up"}, {1, 8960, 1536, "qwen1.5b ffn down"},
+    {1, 1536, 1536, "qwen1.5b attn"},     {1, 1536, 256, "qwen1.5b kv"},
 };
 
 // Super-block types need k % 256 == 0: efim-base-py's 384-wide shapes are left out for them.

@@ -227,6 +227,10 @@ const Shape kShapes[] = {
     {1, 224, 40},
     {2, 224, 21},
     {12, 224, 45},
+    // The K-quant panel GEMM (m >= kPanelMinRows): tiles of 8 x rows then 4 + 3 / 4 + 2, last
+    // panels of 13 and 3 weight rows.
+    {19, 512, 45},
+    {30, 256, 19},
 };
 
 std::vector<CpuKernel> variants() {
@@ -311,7 +315,7 @@ TEST(MatmulInt8, SimdVariantsMatchScalarArithmetic) {
                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
     for (Shape s : {Shape{1, 768, 64}, Shape{2, 384, 20}, Shape{3, 256, 8}, Shape{17, 1024, 72},
                     Shape{64, 2048, 32}, Shape{1, 1024, 600}, Shape{2, 1024, 300},
-                    Shape{1, 224, 40}, Shape{5, 224, 18}}) {
+                    Shape{1, 224, 40}, Shape{5, 224, 18}, Shape{19, 512, 45}}) {
       if (s.k % dtype_info(t).block_elems != 0) continue;
       const Problem p = make_problem(s, t, 5);
       const auto b = run(p, CpuKernel::Scalar, 1);

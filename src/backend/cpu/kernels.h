@@ -54,6 +54,18 @@ void matmul_blocks_avx2(ThreadPool& pool, const float* x, int64_t m, const Weigh
 // pass; the other block types through matmul_blocks_avx2 (measured no faster on 512 bits).
 void matmul_blocks_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                           float* y);
+// Q2_K..Q6_K GEMM on panels of 16 weight rows unpacked to int8 once and reused by every row of
+// x (VNNI dpbusd, one scale multiply per sub-block); matmul_blocks_avx512 routes products of at
+// least kPanelMinRows rows of x here.
+void matmul_panel_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                         float* y);
+void matmul_panel_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
+                                  const WeightMatrix& w, float* y);
+inline bool is_panel_type(DType t) {
+  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K ||
+         t == DType::Q6_K;
+}
+constexpr int64_t kPanelMinRows = 16;
 // Whether this CPU runs matmul_blocks_avx512 (AVX-512 and VNNI).
 bool avx512_vnni_supported();
 // Whether matmul_blocks_avx2 (and the scalar kernel's integer path for the same types) takes t.

@@ -127,6 +127,8 @@ void matmul_k(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w
 // Q3_K, Q5_K, Q6_K and IQ4_XS here; the other block types through the AVX2 kernel.
 void EFIM_AVX512_ENTRY(matmul_blocks_avx512)(ThreadPool& pool, const float* x, int64_t m,
                                              const WeightMatrix& w, float* y) {
+  if (m >= kPanelMinRows && is_panel_type(w.dtype))
+    return EFIM_AVX512_ENTRY(matmul_panel_avx512)(pool, x, m, w, y);
   switch (w.dtype) {
     case DType::Q3_K:
       return matmul_k<UQ3_K>(pool, x, m, w, y);

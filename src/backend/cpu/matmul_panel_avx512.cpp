@@ -1,0 +1,251 @@
+// AVX-512 VNNI GEMM for the super-block K-quants with unsigned levels (Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K) against Q8_K activations: prefill, m >= kPanelMinRows rows of x.
+//
+// The row kernels (matmul_blocks_avx2.cpp) multiply one weight row by a few rows of x; each
+// 32-element chunk costs a maddubs and a madd (the sub-block scale) per row of x, so half the
+// multiplies apply scales. Here a panel of 16 weight rows is unpacked once per thread into
+// int8 levels laid out so that one 64-byte register holds 4 consecutive elements of each of the
+// 16 rows (int32 lane r = row r), and every row of x reuses it:
+//     t_r  = sum over the sub-block's 4-element groups g of dpbusd(q[g][r], x[4g..4g+3])
+//     S_r += sc_r * t_r                                    (one mullo per sub-block, not per chunk)
+//     M_r  = sum over 16-element sub-blocks j of mn_rj * bsum_j  (dpwssd on int16 pairs)
+//     y_r += d_r dx S_r - dmin_r dx M_r,  or d_r dx (S_r - M_r) for folded offsets (Q3_K, Q6_K)
+// with x's 4 bytes broadcast from memory into each dpbusd. The integer sums are the scalar
+// kernel's (quant_int.h) exactly; only the f32 accumulation order differs. Bounds: t_r <=
+// 32 * 63 * 127, |S_r| <= 256 * 63 * 127 * 128 < 2^31.
+//
+// 8 rows of x per pass over the panel (24 of the 32 registers hold t, S and the f32 sums).
+// Threads take (panel, block of x rows) items as in the other GEMMs and pack a panel once for
+// their consecutive items of it. A panel of k = 8960 is 200 KB: it stays in L2 while the rows
+// of x stream past it.
+//
+// This file is compiled twice: natively for AVX-512 CPUs, and for tests on SIMDe's emulation of
+// the intrinsics (EFIM_AVX512_EMULATED, see avx512_emulation.h).
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (GCC bug 105593, see
+// matmul_quant_avx512.cpp).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_int.h"
+#include "base/thread_pool.h"
+#include "tensor/quant.h"
+
+#ifdef EFIM_AVX512_EMULATED
+#include "backend/cpu/avx512_emulation.h"
+#else
+#include <immintrin.h>
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")
+#endif
+#include "backend/cpu/avx512_helpers.h"
+#include "backend/cpu/block_unpack_avx2.h"
+
+namespace efim::cpu::detail {
+
+namespace {
+
+constexpr int kPanelRows = 16;  // weight rows per panel: one int32 lane each
+constexpr int kTileRows = 8;    // rows of x per pass over a panel
+
+// One super-block of a panel of 16 weight rows in the form the tile kernel reads.
+struct alignas(64) PanelBlock {
+  uint8_t q[64][kPanelRows][4];  // q[g][r]: the levels of elements 4g..4g+3 of row r
+  int32_t sc[16][kPanelRows];    // sc[j][r]: scale of sub-block j of row r (16 of 16 or 8 of 32)
+  int16_t mn[8][kPanelRows][2];  // mn[p][r]: mins (or folded offsets) of 16-element sub-blocks
+                                 // 2p and 2p + 1 of row r
+  float d[kPanelRows], dmin[kPanelRows];
+};
+
+inline int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Unpacks weight rows [n0, n0 + nr) into panel[0..ns) (rows past nr repeat row n0 + nr - 1;
+// their outputs are dropped).
+template <class U>
+void pack_panel(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBlock* panel) {
+  const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+  const typename U::Block* rows[kPanelRows];
+  for (int r = 0; r < kPanelRows; ++r)
+    rows[r] = reinterpret_cast<const typename U::Block*>(
+        static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(n0 + std::min(r, nr - 1)) * stride);
+  alignas(32) int16_t sc16[kPanelRows][16], mn16[kPanelRows][16];
+  for (int64_t s = 0; s < ns; ++s) {
+    PanelBlock& p = panel[s];
+    // Levels: chunk c of 8 rows, transposed as 8 x 8 dwords, gives groups 8c..8c+7 of those rows.
+    for (int h = 0; h < kPanelRows; h += 8) {
+      for (int c = 0; c < 8; ++c) {
+        __m256i v[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) v[k] = U::chunk(rows[h + k][s], c);
+        transpose8_epi32(v);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k)
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[8 * c + k][h][0]), v[k]);
+      }
+    }
+    for (int r = 0; r < kPanelRows; ++r) {
+      const Scales sc = U::prepare(rows[r][s]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sc16[r]), sc.sc);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(mn16[r]), sc.mn);
+      p.d[r] = sc.d;
+      p.dmin[r] = sc.dmin;
+    }
+    for (int j = 0; j < 16; ++j)
+      for (int r = 0; r < kPanelRows; ++r) p.sc[j][r] = sc16[r][U::kSub16 ? j : 2 * (j % 8)];
+    for (int j = 0; j < 8; ++j)
+      for (int r = 0; r < kPanelRows; ++r) {
+        p.mn[j][r][0] = mn16[r][2 * j];
+        p.mn[j][r][1] = mn16[r][2 * j + 1];
+      }
+  }
+}
+
+// y[(i0 + i) * ldy + r] = x row i0 + i . weight row n0 + r of the panel, i < MX, r < nr.
+template <class U, int MX>
+void panel_tile(const PanelBlock* panel, const QuantizedRowsK& a, int64_t i0, float* y,
+                int64_t ldy, int nr) {
+  constexpr int kSubs = U::kSub16 ? 16 : 8;  // sub-blocks per super-block
+  constexpr int kGroups = 64 / kSubs;        // 4-element groups per sub-block
+  __m512 acc[MX];
+#pragma GCC unroll 8
+  for (int i = 0; i < MX; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < a.ns; ++s) {
+    const PanelBlock& p = panel[s];
+    const int8_t* xq = a.q.data() + i0 * a.k + s * kQKBlock;  // x row i0 + i at xq + i * a.k
+    __m512i S[MX];
+#pragma GCC unroll 8
+    for (int i = 0; i < MX; ++i) S[i] = _mm512_setzero_si512();
+    for (int j = 0; j < kSubs; ++j) {
+      __m512i t[MX];
+#pragma GCC unroll 8
+      for (int i = 0; i < MX; ++i) t[i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int g = j * kGroups; g < (j + 1) * kGroups; ++g) {
+        const __m512i q = _mm512_load_si512(p.q[g]);
+#pragma GCC unroll 8
+        for (int i = 0; i < MX; ++i)
+          t[i] = _mm512_dpbusd_epi32(t[i], q, _mm512_set1_epi32(load_i32(xq + i * a.k + 4 * g)));
+      }
+      const __m512i scv = _mm512_load_si512(p.sc[j]);
+#pragma GCC unroll 8
+      for (int i = 0; i < MX; ++i) S[i] = _mm512_add_epi32(S[i], _mm512_mullo_epi32(t[i], scv));
+    }
+    const int16_t* bsum = a.bsum.data() + (i0 * a.ns + s) * 16;  // x row i0 + i at + i * ns * 16
+    __m512i M[MX];
+#pragma GCC unroll 8
+    for (int i = 0; i < MX; ++i) M[i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m512i mn = _mm512_load_si512(p.mn[j]);
+#pragma GCC unroll 8
+      for (int i = 0; i < MX; ++i)
+        M[i] = _mm512_dpwssd_epi32(M[i], mn, _mm512_set1_epi32(load_i32(bsum + i * a.ns * 16 + 2 * j)));
+    }
+    const __m512 d = _mm512_load_ps(p.d), dmin = _mm512_load_ps(p.dmin);
+#pragma GCC unroll 8
+    for (int i = 0; i < MX; ++i) {
+      const __m512 dx = _mm512_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.ns + s)]);
+      if constexpr (U::kFolded) {  // exact in int32: the two sums nearly cancel
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(S[i], M[i])),
+                                 _mm512_mul_ps(d, dx), acc[i]);
+      } else {
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), _mm512_mul_ps(d, dx), acc[i]);
+        acc[i] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M[i]), _mm512_mul_ps(dmin, dx), acc[i]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MX; ++i) {
+    alignas(64) float out[kPanelRows];
+    _mm512_store_ps(out, acc[i]);
+    std::memcpy(y + (i0 + i) * ldy, out, static_cast<size_t>(nr) * sizeof(float));
+  }
+}
+
+// Rows [i0, i0 + rows) of x against one packed panel: tiles of 8, then 4, 3, 2 or 1.
+template <class U>
+void panel_rows(const PanelBlock* panel, const QuantizedRowsK& a, int64_t i0, int64_t rows,
+                float* y, int64_t ldy, int nr) {
+  const int64_t end = i0 + rows;
+  for (; i0 + kTileRows <= end; i0 += kTileRows) panel_tile<U, kTileRows>(panel, a, i0, y, ldy, nr);
+  if (end - i0 >= 4) {
+    panel_tile<U, 4>(panel, a, i0, y, ldy, nr);
+    i0 += 4;
+  }
+  switch (end - i0) {
+    case 3:
+      return panel_tile<U, 3>(panel, a, i0, y, ldy, nr);
+    case 2:
+      return panel_tile<U, 2>(panel, a, i0, y, ldy, nr);
+    case 1:
+      return panel_tile<U, 1>(panel, a, i0, y, ldy, nr);
+    default:
+      return;
+  }
+}
+
+template <class U>
+void panel_gemm(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, float* y) {
+  const int64_t m = a.m, n = w.rows;
+  const GemmSplit split = split_gemm(m, n, kTileRows, kPanelRows, pool.size());
+  const int64_t m_blocks = split.m_blocks, m_block = split.m_block, items = split.items();
+  pool.parallel_for(items, grain_for(items, m * n * a.k, pool.size()),
+                    [&](int, int64_t it0, int64_t it1) {
+                      static thread_local std::vector<PanelBlock> panel;  // [ns]
+                      panel.resize(static_cast<size_t>(a.ns));
+                      int64_t packed = -1;
+                      for (int64_t it = it0; it < it1; ++it) {
+                        const int64_t p = it / m_blocks, mb = it % m_blocks;
+                        const int64_t n0 = p * kPanelRows;
+                        const int nr = static_cast<int>(std::min<int64_t>(kPanelRows, n - n0));
+                        if (packed != p) {
+                          pack_panel<U>(w, n0, nr, a.ns, panel.data());
+                          packed = p;
+                        }
+                        const int64_t i0 = mb * m_block;
+                        panel_rows<U>(panel.data(), a, i0, std::min(m_block, m - i0), y + n0, n, nr);
+                      }
+                    });
+}
+
+}  // namespace
+
+void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, int64_t m,
+                                            const WeightMatrix& w, float* y) {
+  static thread_local QuantizedRowsK buffer;  // reused across calls of this thread
+  QuantizedRowsK& acts = buffer;              // the workers see this thread's instance
+  acts.resize(m, w.cols);
+  pool.parallel_for(m, grain_for(m, m * w.cols * 8, pool.size(), 4),
+                    [&](int, int64_t i0, int64_t i1) {
+                      for (int64_t i = i0; i < i1; ++i) quantize_row_k_avx2(x, i, acts);
+                    });
+  switch (w.dtype) {
+    case DType::Q2_K:
+      return panel_gemm<UQ2_K>(pool, acts, w, y);
+    case DType::Q3_K:
+      return panel_gemm<UQ3_K>(pool, acts, w, y);
+    case DType::Q4_K:
+      return panel_gemm<UQ4_K>(pool, acts, w, y);
+    case DType::Q5_K:
+      return panel_gemm<UQ5_K>(pool, acts, w, y);
+    case DType::Q6_K:
+      return panel_gemm<UQ6_K>(pool, acts, w, y);
+    default:
+      return;  // matmul_blocks_avx512 routes only is_panel_type here
+  }
+}
+
+}  // namespace efim::cpu::detail
+
+#ifndef EFIM_AVX512_EMULATED
+#pragma GCC pop_options
+#endif
