@@ -89,6 +89,11 @@ void Model::matmul(const float* x, int64_t m, const cpu::WeightMatrix& w, float*
   }
 }
 
+void Model::matmul_jobs(const std::vector<cpu::MatmulJob>& jobs) {
+  if (!reference_matmul_) return cpu::matmul_jobs(*pool_, jobs);
+  for (const cpu::MatmulJob& j : jobs) cpu::matmul_reference(j.x, j.m, j.w, j.y);
+}
+
 void Model::matmul(const float* x, int64_t m, const std::vector<cpu::WeightMatrix>& parts,
                    float* y) {
   if (parts.size() == 1) return matmul(x, m, parts.front(), y);
@@ -210,6 +215,7 @@ void Model::moe_block(int64_t layer, int64_t n) {
     for (int64_t j = 0; j < k; ++j)
       s_.route_w[i * k + j] = c.expert_weights_norm ? p[r[j]] / sum : p[r[j]];
   });
+  if (n == 1) return moe_one_token(layer);
   // Counting sort of (token, weight) by expert.
   s_.expert_begin.assign(static_cast<size_t>(E + 1), 0);
   for (int32_t e : s_.route) ++s_.expert_begin[e + 1];
@@ -248,6 +254,36 @@ void Model::moe_block(int64_t layer, int64_t n) {
       const float pw = s_.expert_rows_w[b + r];
       for (int64_t j = 0; j < H; ++j) out[j] += pw * y[j];
     }
+  }
+}
+
+// The n == 1 case of moe_block, after routing: s_.route[0..k) ascending, weights in
+// s_.route_w. The same products and the same sum order as the grouped path.
+void Model::moe_one_token(int64_t layer) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[layer];
+  const int64_t k = c.n_experts_used, H = c.hidden, ff = c.expert_intermediate;
+  resize(s_.eg, k * ff);
+  resize(s_.eu, k * ff);
+  resize(s_.ey, k * H);
+  s_.jobs.clear();
+  for (int64_t j = 0; j < k; ++j) {  // [ff] gate and up of expert route[j] at row j
+    const int32_t e = s_.route[j];
+    s_.jobs.push_back({s_.xn.data(), 1, w.expert_gate[e], &s_.eg[j * ff]});
+    s_.jobs.push_back({s_.xn.data(), 1, w.expert_up[e], &s_.eu[j * ff]});
+  }
+  matmul_jobs(s_.jobs);
+  for (int64_t j = 0; j < k; ++j) ops::silu_mul(&s_.eg[j * ff], &s_.eu[j * ff], ff);
+  s_.jobs.clear();
+  for (int64_t j = 0; j < k; ++j)  // [H] down of expert route[j] at row j
+    s_.jobs.push_back({&s_.eg[j * ff], 1, w.expert_down[s_.route[j]], &s_.ey[j * H]});
+  matmul_jobs(s_.jobs);
+  float* out = s_.proj.data();
+  std::fill(out, out + H, 0.0f);
+  for (int64_t j = 0; j < k; ++j) {
+    const float pw = s_.route_w[j];
+    const float* y = &s_.ey[j * H];
+    for (int64_t i = 0; i < H; ++i) out[i] += pw * y[i];
   }
 }
 

@@ -60,6 +60,12 @@ class Model {
   // y[m, sum of rows] = x . [W0; W1; ...]^T: one matmul when there is one part, else one per
   // part written side by side through s_.part.
   void matmul(const float* x, int64_t m, const std::vector<cpu::WeightMatrix>& parts, float* y);
+  // Independent products in one parallel loop (cpu::matmul_jobs; same results as one matmul
+  // call per job).
+  void matmul_jobs(const std::vector<cpu::MatmulJob>& jobs);
+  // moe_block for one token: its k experts' gate and up products in one parallel loop, then
+  // their down products in another (2 hand-offs instead of 3 k).
+  void moe_one_token(int64_t layer);
   // y[hidden] = norm(x) with weights w (and bias b for LayerNorm); y may alias x.
   void norm_row(const float* x, const std::vector<float>& w, const std::vector<float>& b,
                 float* y) const;
@@ -108,6 +114,7 @@ class Model {
     std::vector<int64_t> expert_begin;  // [n_experts + 1] expert e owns entries [begin[e], begin[e+1])
     std::vector<int64_t> expert_fill;   // [n_experts] next free entry of each expert
     std::vector<float> ex, eg, eu, ey;  // [m, hidden], [m, ff], [m, ff], [m, hidden]
+    std::vector<cpu::MatmulJob> jobs;   // one token's expert products (moe_block)
     ops::RopeTable rope;
     std::vector<ops::AttentionSeq> seqs;
     ops::AttentionScratch attention;

@@ -507,6 +507,41 @@ TEST(Matmul, ZeroSizesAndBadArguments) {
   EXPECT_THROW(matmul(pool, x.data(), 1, null_data, y.data()), Error);
 }
 
+// matmul_jobs: every job's output equals its own matmul call bit for bit (any kernel, any
+// dtype, one row of x or several), and a bad job is reported before any job runs.
+TEST(Matmul, JobsEqualSeparateCallsBitForBit) {
+  std::vector<Problem> problems;
+  uint32_t seed = 40;
+  for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::BF16, DType::Q5_0, DType::F32})
+    for (Shape s : {Shape{1, 512, 300}, Shape{1, 256, 40}, Shape{19, 512, 45}})
+      problems.push_back(make_problem(s, t, seed += 3));
+  for (CpuKernel kernel : variants()) {
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      std::vector<std::vector<float>> ys;
+      std::vector<MatmulJob> jobs;
+      for (const Problem& p : problems) {
+        ys.emplace_back(static_cast<size_t>(p.s.m * p.s.n), NAN);
+        jobs.push_back({p.x.data(), p.s.m, p.w, ys.back().data()});
+      }
+      matmul_jobs(pool, jobs, kernel);
+      for (size_t j = 0; j < problems.size(); ++j) {
+        const std::vector<float> want = run(problems[j], kernel, threads);
+        EXPECT_EQ(std::memcmp(want.data(), ys[j].data(), want.size() * sizeof(float)), 0)
+            << kernel_name(kernel) << " threads=" << threads << " job " << j << " "
+            << dtype_name(problems[j].dtype) << " m=" << problems[j].s.m;
+      }
+    }
+  }
+  ThreadPool pool(2);
+  std::vector<float> y(600, 7.0f);
+  const Problem& good = problems.front();
+  WeightMatrix q8_bad{DType::Q8_0, 2, 48, good.wbuf.data()};  // 48 is not whole blocks
+  std::vector<MatmulJob> jobs{{good.x.data(), 1, good.w, y.data()}, {good.x.data(), 1, q8_bad, y.data()}};
+  EXPECT_THROW(matmul_jobs(pool, jobs), Error);
+  EXPECT_EQ(y[0], 7.0f);  // the good job did not run either
+}
+
 TEST(Matmul, ActiveKernelIsTheBestSupported) {
   // Without EFIM_KERNEL the dispatcher uses the widest variant the CPU has; with it, the
   // variant named there.

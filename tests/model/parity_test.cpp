@@ -429,8 +429,12 @@ TEST_F(Batching, ChunkedPrefillEqualsOneShot) {
   EXPECT_LE(max_abs_diff(got, want), rounding_tol(want));
 }
 
+// qwen3_moe: decode steps take the one-token expert path (moe_one_token), prefill the path
+// grouped by expert.
 TEST_F(Batching, DecodeAfterPrefillEqualsFullPrefixLastRow) {
-  auto m = Model::load(folder("qwen2", "bf16"), two_threads());
+  for (const char* kind : {"qwen2", "qwen3_moe"}) {
+  SCOPED_TRACE(kind);
+  auto m = Model::load(folder(kind, "bf16"), two_threads());
   std::vector<float> full = all_logits(*m, tokens_);
   const int64_t V = m->config().vocab, n = static_cast<int64_t>(tokens_.size());
   ContiguousSession s(*m, n);
@@ -444,6 +448,7 @@ TEST_F(Batching, DecodeAfterPrefillEqualsFullPrefixLastRow) {
   // truncate + re-eval reuses the prefix
   s.truncate(n - 1);
   EXPECT_LE(max_abs_diff(s.eval({tokens_[n - 1]}), d2), 1e-6f);
+  }
 }
 
 // One step mixing a decode token of sequence A with a prefill chunk of sequence B (paged-style

@@ -81,6 +81,9 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
   if (w.cols == 0) return;
   EFIM_CHECK(x != nullptr && w.data != nullptr,
              "matmul: null input (x=", static_cast<const void*>(x), ", W=", w.data, ")");
+  EFIM_CHECK(w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16 ||
+                 is_quantized(w.dtype),
+             "matmul: unsupported weight dtype ", dtype_name(w.dtype));
 }
 
 }  // namespace
@@ -100,9 +103,6 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, 
     std::memset(y, 0, static_cast<size_t>(m * w.rows) * sizeof(float));
     return;
   }
-  EFIM_CHECK(w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16 ||
-                 is_quantized(w.dtype),
-             "matmul: unsupported weight dtype ", dtype_name(w.dtype));
   const bool int8 = w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0;
   if (kernel != CpuKernel::Scalar && detail::is_block_kernel_type(w.dtype)) {
     if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported())
@@ -123,6 +123,23 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, 
 
 void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
   matmul(pool, x, m, w, y, active_kernel());
+}
+
+void matmul_jobs(ThreadPool& pool, std::span<const MatmulJob> jobs, CpuKernel kernel) {
+  EFIM_CHECK(kernel_supported(kernel), "matmul_jobs: kernel variant ", kernel_name(kernel),
+             " is not supported by this CPU");
+  for (const MatmulJob& j : jobs) check_args(j.x, j.m, j.w, j.y);  // nothing throws below
+  pool.parallel_for(static_cast<int64_t>(jobs.size()), 1, [&](int, int64_t j0, int64_t j1) {
+    static thread_local ThreadPool serial(1);  // runs inline on this thread
+    for (int64_t j = j0; j < j1; ++j) {
+      const MatmulJob& job = jobs[static_cast<size_t>(j)];
+      matmul(serial, job.x, job.m, job.w, job.y, kernel);
+    }
+  });
+}
+
+void matmul_jobs(ThreadPool& pool, std::span<const MatmulJob> jobs) {
+  matmul_jobs(pool, jobs, active_kernel());
 }
 
 }  // namespace efim::cpu

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "base/thread_pool.h"
@@ -25,6 +26,21 @@ struct WeightMatrix {
 // to nearest) once per call and the products are integer dot products per 32-block, as in
 // llama.cpp; the relative error this adds is about 2^-8 of sum_k |x_k w_k|.
 void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y);
+
+// One product of a batch for matmul_jobs: y = x . W^T as matmul computes it.
+struct MatmulJob {
+  const float* x = nullptr;
+  int64_t m = 0;
+  WeightMatrix w;
+  float* y = nullptr;
+};
+
+// Independent products in one parallel loop: each job runs whole on one thread, jobs are
+// handed out dynamically. Every output element is computed by one thread either way, so the
+// results equal matmul's on each job bit for bit. For many small products (a mixture-of-experts
+// decode step: 16 expert matrices of under 1 MB), where a parallel loop per product costs more
+// in hand-offs and stragglers than it gains. Every job is checked before any runs.
+void matmul_jobs(ThreadPool& pool, std::span<const MatmulJob> jobs);
 
 // Scalar reference of matmul: the definition every optimised kernel is tested against
 // (f64 accumulation of x times the dequantized weights, no activation quantization).
@@ -55,5 +71,7 @@ CpuKernel active_kernel();
 // matmul with an explicit variant (tests and benchmarks); Error if the CPU lacks it.
 void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y,
             CpuKernel kernel);
+// matmul_jobs with an explicit variant.
+void matmul_jobs(ThreadPool& pool, std::span<const MatmulJob> jobs, CpuKernel kernel);
 
 }  // namespace efim::cpu
