@@ -6,7 +6,7 @@
 // call divided by the thread count (what the wall time would be on an idle machine with
 // balanced threads; use it when other jobs share the cores). Usage:
 //   efim_bench_kernels [--threads N] [--variants avx2,scalar] [--dtypes f32,q4_k,...] [--quick]
-//                      [--cpu-time] [--only prefill|decode]
+//                      [--cpu-time] [--only prefill|decode] [--interleave]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/interleave.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/peak.h"
 #include "base/error.h"
@@ -63,6 +64,7 @@ struct Options {
   bool quick = false;
   bool cpu_time = false;
   bool prefill = true, decode = true;
+  bool interleave = false;  // Q4_K weights interleaved 8 rows at a time (as the model loads them)
 };
 
 double process_cpu_seconds() {
@@ -115,6 +117,8 @@ Options parse(int argc, char** argv) {
       o.decode = which == "decode";
     } else if (a == "--cpu-time") {
       o.cpu_time = true;
+    } else if (a == "--interleave") {
+      o.interleave = true;
     } else if (a == "--quick") {
       o.quick = true;
     } else {
@@ -171,13 +175,21 @@ void run_shape(efim::ThreadPool& pool, const Options& o, const Shape& s, DType t
       decode ? static_cast<int>(std::clamp<uint64_t>((96ull << 20) / wbytes + 1, 1, 64)) : 1;
   std::vector<std::vector<uint8_t>> w;
   for (int c = 0; c < copies; ++c) w.push_back(random_weights(s.n, s.k, t, 7 + c));
+  const bool x8 = o.interleave && efim::cpu::can_interleave({t, s.n, s.k, w[0].data()});
+  if (x8)
+    for (auto& copy : w) {
+      std::vector<uint8_t> out(copy.size());
+      efim::cpu::interleave_rows8({t, s.n, s.k, copy.data()}, out.data());
+      copy = std::move(out);
+    }
   std::vector<float> x(static_cast<size_t>(s.m * s.k)), y(static_cast<size_t>(s.m * s.n));
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& v : x) v = normal(rng);
   const double sec = median_seconds(
       [&](int call) {
-        efim::cpu::WeightMatrix wm{t, s.n, s.k, w[static_cast<size_t>(call % copies)].data()};
+        efim::cpu::WeightMatrix wm{t, s.n, s.k, w[static_cast<size_t>(call % copies)].data(),
+                                   static_cast<int8_t>(x8 ? 8 : 1)};
         efim::cpu::matmul(pool, x.data(), s.m, wm, y.data(), v);
       },
       o.quick ? 0.1 : 0.4, v == CpuKernel::Scalar ? 2 : 5, o.cpu_time, o.threads);

@@ -149,4 +149,16 @@ void write_file(const std::string& path, const std::string& bytes) {
   EFIM_CHECK(out.good(), "error writing '", path, "'");
 }
 
+bool MappedFile::make_writable() {
+  if (region_ == nullptr) return false;
+  return ::mprotect(const_cast<uint8_t*>(data_), region_size_ - (data_ - static_cast<uint8_t*>(region_)),
+                    PROT_READ | PROT_WRITE) == 0;
+}
+
+void MappedFile::make_read_only() {
+  if (region_ != nullptr)
+    ::mprotect(const_cast<uint8_t*>(data_), region_size_ - (data_ - static_cast<uint8_t*>(region_)),
+               PROT_READ);
+}
+
 }  // namespace efim

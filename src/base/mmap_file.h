@@ -34,6 +34,10 @@ class MappedFile {
   size_t size() const { return size_; }
   // True when the bytes are a private copy in huge-page-advised memory (kPrivateHugePages taken).
   bool is_private_copy() const { return region_ != nullptr; }
+  // A private copy only: the bytes made writable (true) until make_read_only(); false (and
+  // nothing changed) for a shared mapping of the file.
+  bool make_writable();
+  void make_read_only();
   const std::string& path() const { return path_; }
 
  private:

@@ -292,4 +292,18 @@ std::optional<TensorView> GgufFile::find(const std::string& name) const {
   return v;
 }
 
+uint8_t* GgufFile::writable(const void* p, size_t n) {
+  const auto* q = static_cast<const uint8_t*>(p);
+  if (file_.data() == nullptr || base_ != file_.data() || q < base_ || n > size_ ||
+      static_cast<size_t>(q - base_) > size_ - n)
+    return nullptr;
+  if (!writable_) writable_ = file_.make_writable();
+  return writable_ ? const_cast<uint8_t*>(q) : nullptr;
+}
+
+void GgufFile::seal() {
+  if (writable_) file_.make_read_only();
+  writable_ = false;
+}
+
 }  // namespace efim

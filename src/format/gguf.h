@@ -92,9 +92,12 @@ class GgufFile : public TensorSource {
 
   std::vector<std::string> tensor_names() const override;
   std::optional<TensorView> find(const std::string& name) const override;
+  uint8_t* writable(const void* p, size_t n) override;
+  void seal() override;
 
  private:
   MappedFile file_;
+  bool writable_ = false;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
   std::string label_;

@@ -17,6 +17,15 @@ class TensorSource {
   // The tensor, or nullopt when absent. The view stays valid while the source lives. Shapes are
   // outermost first (PyTorch order) for every format.
   virtual std::optional<TensorView> find(const std::string& name) const = 0;
+  // Where the source holds its bytes in a private copy (not a shared mapping of the file), a
+  // writable pointer to [p, p + n) of them, for rewriting weights in place (interleaving);
+  // nullptr otherwise. seal() ends the writing: the bytes are read-only again.
+  virtual uint8_t* writable(const void* p, size_t n) {
+    (void)p;
+    (void)n;
+    return nullptr;
+  }
+  virtual void seal() {}
 };
 
 }  // namespace efim

@@ -1,6 +1,8 @@
 // Model loading, KV storage and the single-sequence session. The forward pass is in forward.cpp.
 #include "model/model.h"
 
+#include "backend/cpu/interleave.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -95,6 +97,7 @@ std::unique_ptr<Model> Model::from_source(const ModelConfig& config,
   m->inv_freq_ = m->config_.rope_inv_freq();
   m->reference_matmul_ = opts.reference_matmul;
   m->fuse_projections();
+  if (!m->reference_matmul_) m->interleave_weights();
   if (opts.pool) {
     m->pool_ = opts.pool;
   } else {
@@ -162,6 +165,42 @@ void Model::fuse_projections() {
     }
     fused_.push_back(std::move(f));
   }
+}
+
+void Model::interleave_weights() {
+  std::vector<uint8_t> copy;  // the matrix in the file's layout while it is rewritten
+  auto rewrite = [&](cpu::WeightMatrix& w) {
+    if (!cpu::can_interleave(w)) return;
+    const size_t bytes = static_cast<size_t>(w.rows) * dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+    uint8_t* at = nullptr;
+    for (const auto& f : fused_bytes_)
+      if (f.get() == w.data) at = f.get();
+    if (at == nullptr) at = source_->writable(w.data, bytes);
+    if (at == nullptr) return;  // a shared mapping of the file: left as it is
+    copy.assign(at, at + bytes);
+    cpu::WeightMatrix from = w;
+    from.data = copy.data();
+    w = cpu::interleave_rows8(from, at);
+  };
+  for (size_t l = 0; l < fused_.size(); ++l) {
+    LayerWeights& lw = weights_.layers[l];
+    // A part that was not fused (a run of one) is the layer's own matrix: rewritten once, and
+    // the layer's copy of it told.
+    auto rewrite_part = [&](cpu::WeightMatrix& w) {
+      rewrite(w);
+      for (cpu::WeightMatrix* own : {&lw.wq, &lw.wk, &lw.wv, &lw.w_gate, &lw.w_up})
+        if (own->data == w.data && own->rows == w.rows) *own = w;
+    };
+    for (cpu::WeightMatrix& w : fused_[l].qkv) rewrite_part(w);
+    for (cpu::WeightMatrix& w : fused_[l].gate_up) rewrite_part(w);
+    rewrite(lw.wo);
+    rewrite(lw.w_down);
+    for (auto* experts : {&lw.expert_gate, &lw.expert_up, &lw.expert_down})
+      for (cpu::WeightMatrix& w : *experts) rewrite(w);
+  }
+  // The head, unless it is the tied embedding (whose rows the lookup reads).
+  if (weights_.output.data != weights_.embed.data) rewrite(weights_.output);
+  source_->seal();
 }
 
 // ---------------------------------------------------------------- ContiguousSession

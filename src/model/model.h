@@ -55,6 +55,10 @@ class Model {
   // Concatenates the q|k|v and gate|up projections of every layer into one matrix each (one
   // matmul, one pool wake-up and one activation quantization instead of several per token).
   void fuse_projections();
+  // The Q4_K matrices of the forward pass rewritten in place, 8 rows interleaved, where the
+  // active kernel computes that layout (cpu::can_interleave; interleave.h). In place: the fused
+  // copies, and the file's bytes where the source holds a private copy (not with --mmap).
+  void interleave_weights();
   // y[m, w.rows] = x[m, w.cols] . W^T with the kernel chosen at load.
   void matmul(const float* x, int64_t m, const cpu::WeightMatrix& w, float* y);
   // y[m, sum of rows] = x . [W0; W1; ...]^T: one matmul when there is one part, else one per

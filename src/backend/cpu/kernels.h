@@ -56,7 +56,8 @@ void matmul_blocks_avx512(ThreadPool& pool, const float* x, int64_t m, const Wei
                           float* y);
 // Q2_K..Q6_K GEMM on panels of 16 weight rows unpacked to int8 once and reused by every row of
 // x (VNNI dpbusd, one scale multiply per sub-block); matmul_blocks_avx512 routes products of at
-// least kPanelMinRows rows of x here.
+// least kPanelMinRows rows of x here. It also computes interleaved Q4_K (interleave.h) at any
+// m: below kPanelMinRows rows of x by the 8-row GEMV of that layout.
 void matmul_panel_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                          float* y);
 void matmul_panel_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,

@@ -5,7 +5,9 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cpu/interleave.h"
 #include "backend/cpu/kernels.h"
+#include <vector>
 #include "base/error.h"
 
 namespace efim::cpu {
@@ -86,6 +88,27 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
              "matmul: unsupported weight dtype ", dtype_name(w.dtype));
 }
 
+// Interleaved Q4_K (interleave.h): natively by the AVX-512 VNNI kernels, otherwise (other
+// variants, tests) on a copy in the file's layout.
+void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                        float* y, CpuKernel kernel) {
+  EFIM_CHECK(w.dtype == DType::Q4_K && w.interleave == kInterleaveRows &&
+                 w.rows % kInterleaveRows == 0,
+             "matmul: interleave ", int{w.interleave}, " is defined for Q4_K rows in groups of ",
+             kInterleaveRows, ", not ", dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "]");
+  if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported())
+    return detail::matmul_panel_avx512(pool, x, m, w, y);
+  const int64_t ns = w.cols / kQKBlock;
+  static thread_local std::vector<BlockQ4_K> rows;  // [rows][ns]
+  rows.resize(static_cast<size_t>(w.rows * ns));
+  for (int64_t r = 0; r < w.rows; ++r)
+    for (int64_t s = 0; s < ns; ++s) rows[static_cast<size_t>(r * ns + s)] = deinterleave_block(w, r, s);
+  WeightMatrix plain = w;
+  plain.data = rows.data();
+  plain.interleave = 1;
+  matmul(pool, x, m, plain, y, kernel);
+}
+
 }  // namespace
 
 CpuKernel active_kernel() {
@@ -103,6 +126,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, 
     std::memset(y, 0, static_cast<size_t>(m * w.rows) * sizeof(float));
     return;
   }
+  if (w.interleave != 1) return matmul_interleaved(pool, x, m, w, y, kernel);
   const bool int8 = w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0;
   if (kernel != CpuKernel::Scalar && detail::is_block_kernel_type(w.dtype)) {
     if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported())

@@ -17,6 +17,9 @@ struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
+  // 1: rows one after another, as in the file. 8: Q4_K rows interleaved 8 at a time
+  // (interleave.h), written by interleave_rows8 where can_interleave holds.
+  int8_t interleave = 1;
 };
 
 // y[m, n] = sum_k x[m, k] * W[n, k]

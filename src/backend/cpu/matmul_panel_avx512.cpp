@@ -29,8 +29,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "backend/cpu/interleave.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/quant_int.h"
 #include "base/thread_pool.h"
@@ -41,7 +44,7 @@
 #else
 #include <immintrin.h>
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 #endif
 #include "backend/cpu/avx512_helpers.h"
 #include "backend/cpu/block_unpack_avx2.h"
@@ -68,24 +71,99 @@ inline int32_t load_i32(const void* p) {
   return v;
 }
 
+// 8 int32 lanes (row r in lane r) holding byte j of each lane of v.
+template <int J>
+inline __m256i lane_byte(__m256i v) {
+  if constexpr (J == 3) return _mm256_srli_epi32(v, 24);
+  if constexpr (J == 0) return _mm256_and_si256(v, _mm256_set1_epi32(0xff));
+  return _mm256_and_si256(_mm256_srli_epi32(v, 8 * J), _mm256_set1_epi32(0xff));
+}
+
+// Q4_K's 8 6-bit scales and mins of 8 interleaved rows (k4_scales on 8 rows at once): lane r
+// of sc_lo / sc_hi holds row r's scales of sub-blocks 0..3 / 4..7, one per byte; mn_lo / mn_hi
+// its mins.
+struct X8Scales {
+  __m256i sc_lo, sc_hi, mn_lo, mn_hi;
+};
+inline X8Scales x8_scales(const BlockQ4_Kx8& b) {
+  const __m256i m6 = _mm256_set1_epi8(0x3f), m4 = _mm256_set1_epi8(0x0f),
+                m2 = _mm256_set1_epi8(0x03);
+  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[0]));
+  const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[1]));
+  const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[2]));
+  X8Scales x;
+  x.sc_lo = _mm256_and_si256(w0, m6);
+  x.mn_lo = _mm256_and_si256(w1, m6);
+  x.sc_hi = _mm256_or_si256(_mm256_and_si256(w2, m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), m2), 4));
+  x.mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), m2), 4));
+  return x;
+}
+
+// Scale (or min) of sub-block J of each of the 8 rows, as int32 lanes.
+template <int J>
+inline __m256i x8_sub(__m256i lo, __m256i hi) {
+  return lane_byte<J % 4>(J < 4 ? lo : hi);
+}
+
+// Each int32 lane v (< 2^15) as the int16 pair (v, v).
+inline __m256i twice16(__m256i v) { return _mm256_or_si256(v, _mm256_slli_epi32(v, 16)); }
+
+// pack_panel for interleaved Q4_K: rows [n0, n0 + nr) are whole groups of 8 (nr = 8 or 16; a
+// missing second group repeats the first). The nibbles of a group's register are already 4
+// bytes of 8 rows: no transpose.
+void pack_panel_x8(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBlock* panel) {
+  const auto* blocks = static_cast<const BlockQ4_Kx8*>(w.data);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  for (int64_t s = 0; s < ns; ++s) {
+    PanelBlock& p = panel[s];
+    for (int h = 0; h < kPanelRows; h += kInterleaveRows) {
+      const int64_t g = (n0 + std::min(h, nr - kInterleaveRows)) / kInterleaveRows;
+      const BlockQ4_Kx8& b = blocks[g * ns + s];
+      for (int q = 0; q < 4; ++q)
+        for (int gq = 0; gq < 8; ++gq) {  // sub-blocks 2q (low nibbles) and 2q + 1 (high)
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[q][gq]));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[16 * q + gq][h][0]), _mm256_and_si256(v, m4));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[16 * q + 8 + gq][h][0]),
+                             _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+        }
+      const X8Scales x = x8_scales(b);
+      [&]<int... J>(std::integer_sequence<int, J...>) {
+        ((_mm256_store_si256(reinterpret_cast<__m256i*>(&p.sc[J][h]), x8_sub<J>(x.sc_lo, x.sc_hi)),
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.mn[J][h][0]),
+                             twice16(x8_sub<J>(x.mn_lo, x.mn_hi)))),
+         ...);
+      }(std::make_integer_sequence<int, 8>{});
+      _mm256_store_ps(&p.d[h], _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d))));
+      _mm256_store_ps(&p.dmin[h], _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin))));
+    }
+  }
+}
+
 // Unpacks weight rows [n0, n0 + nr) into panel[0..ns) (rows past nr repeat row n0 + nr - 1;
 // their outputs are dropped).
 template <class U>
 void pack_panel(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBlock* panel) {
+  if constexpr (std::is_same_v<U, UQ4_K>) {
+    if (w.interleave != 1) return pack_panel_x8(w, n0, nr, ns, panel);
+  }
   const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
-  const typename U::Block* rows[kPanelRows];
+  const typename U::Block* row0[kPanelRows];  // file layout: super-block 0 of each row
   for (int r = 0; r < kPanelRows; ++r)
-    rows[r] = reinterpret_cast<const typename U::Block*>(
+    row0[r] = reinterpret_cast<const typename U::Block*>(
         static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(n0 + std::min(r, nr - 1)) * stride);
   alignas(32) int16_t sc16[kPanelRows][16], mn16[kPanelRows][16];
   for (int64_t s = 0; s < ns; ++s) {
     PanelBlock& p = panel[s];
+    const typename U::Block* rows[kPanelRows];  // rows[r][0]: super-block s of row r
+    for (int r = 0; r < kPanelRows; ++r) rows[r] = row0[r] + s;
     // Levels: chunk c of 8 rows, transposed as 8 x 8 dwords, gives groups 8c..8c+7 of those rows.
     for (int h = 0; h < kPanelRows; h += 8) {
       for (int c = 0; c < 8; ++c) {
         __m256i v[8];
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) v[k] = U::chunk(rows[h + k][s], c);
+        for (int k = 0; k < 8; ++k) v[k] = U::chunk(rows[h + k][0], c);
         transpose8_epi32(v);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k)
@@ -93,7 +171,7 @@ void pack_panel(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBloc
       }
     }
     for (int r = 0; r < kPanelRows; ++r) {
-      const Scales sc = U::prepare(rows[r][s]);
+      const Scales sc = U::prepare(rows[r][0]);
       _mm256_store_si256(reinterpret_cast<__m256i*>(sc16[r]), sc.sc);
       _mm256_store_si256(reinterpret_cast<__m256i*>(mn16[r]), sc.mn);
       p.d[r] = sc.d;
@@ -217,6 +295,89 @@ void panel_gemm(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w
                     });
 }
 
+// ---- interleaved Q4_K (interleave.h): one row of x against groups of 8 weight rows ----
+
+// Sub-blocks 2P and 2P + 1 (qs bytes 32P..32P+31, low and high nibbles) of 8 rows against the
+// x quants xs of the super-block: S += sc_2P t_2P + sc_2P+1 t_2P+1, t = the 32-element dots.
+template <int P>
+inline void x8_pair(const BlockQ4_Kx8& b, const int8_t* xs, __m256i sc, __m256i& S) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256i tl = _mm256_setzero_si256(), th = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[P][g]));
+    tl = _mm256_dpbusd_epi32(tl, _mm256_and_si256(v, m4),
+                             _mm256_set1_epi32(load_i32(xs + 64 * P + 4 * g)));
+    th = _mm256_dpbusd_epi32(th, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                             _mm256_set1_epi32(load_i32(xs + 64 * P + 32 + 4 * g)));
+  }
+  S = _mm256_add_epi32(S, _mm256_mullo_epi32(tl, lane_byte<(2 * P) % 4>(sc)));
+  S = _mm256_add_epi32(S, _mm256_mullo_epi32(th, lane_byte<(2 * P + 1) % 4>(sc)));
+}
+
+// y[r] = x row i . weight row 8 group + r, r < 8. bpair[s][q]: x's 32-element sums of
+// sub-blocks (q / 2) * 4 + q % 2 and + 2 of super-block s as an int16 pair (the operand of the
+// mins' madd).
+void x8_group(const BlockQ4_Kx8* grp, const QuantizedRowsK& a, int64_t i, const int32_t* bpair,
+              float* y) {
+  const __m256i lo16 = _mm256_set1_epi32(0x00ff00ff);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t s = 0; s < a.ns; ++s) {
+    const BlockQ4_Kx8& b = grp[s];
+    const X8Scales x = x8_scales(b);
+    const __m256i sc_lo = x.sc_lo, sc_hi = x.sc_hi, mn_lo = x.mn_lo, mn_hi = x.mn_hi;
+    const int8_t* xs = a.q.data() + i * a.k + s * kQKBlock;
+    __m256i S = _mm256_setzero_si256();
+    x8_pair<0>(b, xs, sc_lo, S);
+    x8_pair<1>(b, xs, sc_lo, S);
+    x8_pair<2>(b, xs, sc_hi, S);
+    x8_pair<3>(b, xs, sc_hi, S);
+    // M = sum_j mn_j bsum32_j: the even and odd bytes of each mins word as int16 pairs.
+    const int32_t* bp = bpair + s * 4;
+    __m256i M = _mm256_madd_epi16(_mm256_and_si256(mn_lo, lo16), _mm256_set1_epi32(bp[0]));
+    M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(mn_lo, 8), lo16),
+                                              _mm256_set1_epi32(bp[1])));
+    M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_and_si256(mn_hi, lo16), _mm256_set1_epi32(bp[2])));
+    M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(mn_hi, 8), lo16),
+                                              _mm256_set1_epi32(bp[3])));
+    const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>(i * a.ns + s)]);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(d, dx), acc);
+    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmin, dx), acc);
+  }
+  _mm256_storeu_ps(y, acc);
+}
+
+// GEMV (few rows of x) on interleaved Q4_K: threads take ranges of 8-row groups.
+void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, float* y) {
+  // x's sums per 32-element sub-block, paired for the mins (see x8_group): [m][ns][4].
+  static thread_local std::vector<int32_t> bpair_buf;
+  std::vector<int32_t>& bpair = bpair_buf;
+  bpair.resize(static_cast<size_t>(a.m * a.ns * 4));
+  for (int64_t i = 0; i < a.m; ++i)
+    for (int64_t s = 0; s < a.ns; ++s) {
+      const int16_t* bs = a.bsum.data() + (i * a.ns + s) * 16;
+      int32_t b32[8];
+      for (int j = 0; j < 8; ++j) b32[j] = bs[2 * j] + bs[2 * j + 1];
+      int32_t* out = &bpair[static_cast<size_t>((i * a.ns + s) * 4)];
+      for (int q = 0; q < 4; ++q) {  // pairs (0, 2), (1, 3), (4, 6), (5, 7)
+        const int j = (q / 2) * 4 + q % 2;
+        out[q] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(b32[j])) |
+                                      (static_cast<uint32_t>(static_cast<uint16_t>(b32[j + 2])) << 16));
+      }
+    }
+  const int64_t groups = w.rows / kInterleaveRows;
+  const auto* blocks = static_cast<const BlockQ4_Kx8*>(w.data);
+  pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
+                    [&](int, int64_t g0, int64_t g1) {
+                      for (int64_t g = g0; g < g1; ++g)
+                        for (int64_t i = 0; i < a.m; ++i)
+                          x8_group(blocks + g * a.ns, a, i, &bpair[static_cast<size_t>(i * a.ns * 4)],
+                                   y + i * w.rows + g * kInterleaveRows);
+                    });
+}
+
 }  // namespace
 
 void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, int64_t m,
@@ -228,6 +389,7 @@ void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, in
                     [&](int, int64_t i0, int64_t i1) {
                       for (int64_t i = i0; i < i1; ++i) quantize_row_k_avx2(x, i, acts);
                     });
+  if (w.interleave != 1 && m < kPanelMinRows) return x8_gemv(pool, acts, w, y);
   switch (w.dtype) {
     case DType::Q2_K:
       return panel_gemm<UQ2_K>(pool, acts, w, y);

@@ -1,5 +1,6 @@
 #include <vector>
 
+#include "backend/cpu/interleave.h"
 #include "backend/cpu/kernels.h"
 #include "base/error.h"
 #include "tensor/quant.h"
@@ -8,6 +9,13 @@ namespace efim::cpu {
 
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out) {
   EFIM_CHECK(r >= 0 && r < w.rows, "dequantize_row: row ", r, " outside [0, ", w.rows, ")");
+  if (w.interleave != 1) {  // one super-block of the row at a time, in the file's layout
+    for (int64_t s = 0; s < w.cols / kQKBlock; ++s) {
+      const BlockQ4_K b = deinterleave_block(w, r, s);
+      dequantize(&b, kQKBlock, DType::Q4_K, out + s * kQKBlock);
+    }
+    return;
+  }
   dequantize(detail::weight_row(w, r), w.cols, w.dtype, out);
 }
 
