@@ -198,8 +198,11 @@ void Model::interleave_weights() {
     for (auto* experts : {&lw.expert_gate, &lw.expert_up, &lw.expert_down})
       for (cpu::WeightMatrix& w : *experts) rewrite(w);
   }
-  // The head, unless it is the tied embedding (whose rows the lookup reads).
-  if (weights_.output.data != weights_.embed.data) rewrite(weights_.output);
+  // The head; when it is the tied embedding, the lookup reads its rows through
+  // cpu::dequantize_row, which reads the interleaved layout too.
+  const bool tied = weights_.output.data == weights_.embed.data;
+  rewrite(weights_.output);
+  if (tied) weights_.embed = weights_.output;
   source_->seal();
 }
 

@@ -543,25 +543,28 @@ TEST(Matmul, JobsEqualSeparateCallsBitForBit) {
   EXPECT_EQ(y[0], 7.0f);  // the good job did not run either
 }
 
-// Q4_K rows interleaved 8 at a time (interleave.h): the layout round-trips, and every kernel
+// Q4_K and Q6_K rows interleaved 8 at a time (interleave.h): the layout round-trips, and every kernel
 // computes it with the scalar kernel's integer arithmetic on the file layout: natively (the
 // AVX-512 VNNI GEMV below 16 rows of x, the panel GEMM above), on SIMDe, and through the copy
 // the other variants make.
-TEST(MatmulInterleaved, Q4KRowsOf8MatchTheFileLayout) {
+TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
+  for (DType t : {DType::Q4_K, DType::Q6_K})
   for (Shape s : {Shape{1, 512, 64}, Shape{2, 256, 8}, Shape{3, 768, 40}, Shape{7, 256, 200},
-                  Shape{16, 512, 24}, Shape{19, 256, 72}, Shape{1, 1024, 1000}}) {
-    const Problem p = make_problem(s, DType::Q4_K, 11 + static_cast<uint32_t>(s.n));
+                  Shape{16, 512, 24}, Shape{19, 256, 72}, Shape{1, 1024, 1000},
+                  // tails of 5, 3 and 7 rows after the groups (GEMV and GEMM)
+                  Shape{1, 256, 13}, Shape{4, 512, 35}, Shape{17, 256, 47}}) {
+    const Problem p = make_problem(s, t, 11 + static_cast<uint32_t>(s.n));
     std::vector<uint8_t> bytes(p.wbuf.size());
     const WeightMatrix x8 = interleave_rows8(p.w, bytes.data());
     ASSERT_EQ(x8.interleave, 8);
-    const int64_t ns = s.k / kQKBlock;
-    const auto* plain = reinterpret_cast<const BlockQ4_K*>(p.wbuf.data());
-    for (int64_t r = 0; r < s.n; ++r)
-      for (int64_t b = 0; b < ns; ++b) {
-        const BlockQ4_K got = deinterleave_block(x8, r, b);
-        ASSERT_EQ(std::memcmp(&got, &plain[r * ns + b], sizeof(got)), 0) << "row " << r;
-      }
+    const size_t row_bytes = dtype_row_bytes(t, static_cast<uint64_t>(s.k));
+    std::vector<uint8_t> row(row_bytes);
+    for (int64_t r = 0; r < s.n; ++r) {
+      deinterleave_row(x8, r, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), p.wbuf.data() + r * row_bytes, row_bytes), 0)
+          << dtype_name(t) << " row " << r;
+    }
     std::vector<float> want_row(static_cast<size_t>(s.k)), got_row(static_cast<size_t>(s.k));
     dequantize_row(p.w, s.n - 1, want_row.data());
     dequantize_row(x8, s.n - 1, got_row.data());
@@ -575,7 +578,7 @@ TEST(MatmulInterleaved, Q4KRowsOf8MatchTheFileLayout) {
           const size_t at = static_cast<size_t>(i * s.n + r);
           const double tol = 2e-6 * abs_dot(p, i, r) + 1e-7;
           if (!(std::fabs(a[at] - base[at]) <= tol) && ++bad <= 5)
-            ADD_FAILURE() << name << " m=" << s.m << " n=" << s.n << " y[" << i << "][" << r
+            ADD_FAILURE() << dtype_name(t) << " " << name << " m=" << s.m << " n=" << s.n << " y[" << i << "][" << r
                           << "] " << a[at] << " scalar " << base[at];
         }
       EXPECT_EQ(bad, 0) << name;
@@ -583,7 +586,12 @@ TEST(MatmulInterleaved, Q4KRowsOf8MatchTheFileLayout) {
     for (int threads : {1, 2, 3}) {
       ThreadPool pool(threads);
       std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
-      detail::matmul_panel_avx512_emulated(pool, p.x.data(), s.m, x8, y.data());
+      WeightMatrix groups = x8;  // the emulated kernel takes whole groups; the tail as matmul does
+      groups.rows = s.n / 8 * 8;
+      detail::matmul_panel_avx512_emulated(pool, p.x.data(), s.m, groups, y.data(), s.n);
+      const std::vector<float> tail_ref = run(p, CpuKernel::Avx2, 1);
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t r = groups.rows; r < s.n; ++r) y[i * s.n + r] = tail_ref[i * s.n + r];
       check(y, "avx512 (emulated) threads=" + std::to_string(threads));
       for (CpuKernel kernel : variants()) {
         std::fill(y.begin(), y.end(), NAN);
@@ -595,7 +603,7 @@ TEST(MatmulInterleaved, Q4KRowsOf8MatchTheFileLayout) {
   ThreadPool pool(1);
   const Problem p = make_problem(Shape{1, 256, 16}, DType::Q4_K, 3);
   WeightMatrix odd = p.w;
-  odd.rows = 12;  // not whole groups of 8
+  odd.rows = 7;  // not one group of 8
   odd.interleave = 8;
   std::vector<float> y(16);
   EXPECT_THROW(matmul(pool, p.x.data(), 1, odd, y.data()), Error);

@@ -1,54 +1,111 @@
 #include "backend/cpu/interleave.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/kernels.h"
 #include "base/error.h"
 
 namespace efim::cpu {
 
+namespace {
+
+// Copies between one super-block of 8 interleaved rows and the file's blocks of those rows;
+// to_x8: file -> interleaved.
+void copy_q4k(BlockQ4_Kx8& b, BlockQ4_K& row, int r, bool to_x8) {
+  auto mv = [&](void* x8, void* file, size_t n) {
+    to_x8 ? std::memcpy(x8, file, n) : std::memcpy(file, x8, n);
+  };
+  mv(&b.d[r], &row.d, 2);
+  mv(&b.dmin[r], &row.dmin, 2);
+  for (int i = 0; i < 3; ++i) mv(&b.scales[i][r], row.scales + 4 * i, 4);
+  for (int p = 0; p < 4; ++p)
+    for (int g = 0; g < 8; ++g) mv(b.qs[p][g][r], row.qs + 32 * p + 4 * g, 4);
+}
+
+void copy_q6k(BlockQ6_Kx8& b, BlockQ6_K& row, int r, bool to_x8) {
+  auto mv = [&](void* x8, void* file, size_t n) {
+    to_x8 ? std::memcpy(x8, file, n) : std::memcpy(file, x8, n);
+  };
+  mv(&b.d[r], &row.d, 2);
+  for (int j = 0; j < 16; ++j) mv(&b.scales[j][r], &row.scales[j], 1);
+  for (int h = 0; h < 2; ++h)
+    for (int g = 0; g < 8; ++g) {
+      for (int c = 0; c < 2; ++c) mv(b.q[h][g][c][r], row.ql + 64 * h + 32 * c + 4 * g, 4);
+      mv(b.q[h][g][2][r], row.qh + 32 * h + 4 * g, 4);
+    }
+}
+
+template <class X8, class B>
+void interleave_typed(const WeightMatrix& w, void* out) {
+  const int64_t ns = w.cols / kQKBlock;
+  auto* src = const_cast<B*>(static_cast<const B*>(w.data));  // [rows][ns], only read
+  auto* dst = static_cast<X8*>(out);                           // [rows / 8][ns]
+  const int64_t groups = w.rows / kInterleaveRows;
+  std::memcpy(dst + groups * ns, src + groups * kInterleaveRows * ns,  // the tail rows
+              static_cast<size_t>(w.rows % kInterleaveRows * ns) * sizeof(B));
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t s = 0; s < ns; ++s)
+      for (int r = 0; r < kInterleaveRows; ++r) {
+        B& row = src[(g * kInterleaveRows + r) * ns + s];
+        if constexpr (std::is_same_v<B, BlockQ4_K>)
+          copy_q4k(dst[g * ns + s], row, r, true);
+        else
+          copy_q6k(dst[g * ns + s], row, r, true);
+      }
+}
+
+template <class X8, class B>
+void deinterleave_typed(const WeightMatrix& w, int64_t r, void* out) {
+  const int64_t ns = w.cols / kQKBlock;
+  auto* blocks = const_cast<X8*>(static_cast<const X8*>(w.data));  // only read
+  auto* row = static_cast<B*>(out);
+  const int64_t groups = w.rows / kInterleaveRows;
+  if (r >= groups * kInterleaveRows) {  // a tail row, in the file's layout after the groups
+    const B* tail = reinterpret_cast<const B*>(blocks + groups * ns);
+    std::memcpy(row, tail + (r - groups * kInterleaveRows) * ns, static_cast<size_t>(ns) * sizeof(B));
+    return;
+  }
+  const int j = static_cast<int>(r % kInterleaveRows);
+  for (int64_t s = 0; s < ns; ++s) {
+    X8& b = blocks[(r / kInterleaveRows) * ns + s];
+    if constexpr (std::is_same_v<B, BlockQ4_K>)
+      copy_q4k(b, row[s], j, false);
+    else
+      copy_q6k(b, row[s], j, false);
+  }
+}
+
+}  // namespace
+
+bool has_interleaved_layout(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
+
 bool can_interleave(const WeightMatrix& w) {
-  return w.dtype == DType::Q4_K && w.interleave == 1 && w.rows > 0 &&
-         w.rows % kInterleaveRows == 0 && w.cols > 0 && active_kernel() == CpuKernel::Avx512 &&
+  return has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows &&
+         w.cols > 0 && active_kernel() == CpuKernel::Avx512 &&
          detail::avx512_vnni_supported();
 }
 
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out) {
-  EFIM_CHECK(w.dtype == DType::Q4_K && w.interleave == 1 && w.rows % kInterleaveRows == 0,
-             "interleave_rows8: needs Q4_K rows in the file layout, a multiple of 8 of them; got ",
-             dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "] interleave ", int{w.interleave});
-  const int64_t ns = w.cols / kQKBlock;
-  const auto* src = static_cast<const BlockQ4_K*>(w.data);  // [rows][ns]
-  auto* dst = static_cast<BlockQ4_Kx8*>(out);                // [rows / 8][ns]
-  for (int64_t g = 0; g < w.rows / kInterleaveRows; ++g)
-    for (int64_t s = 0; s < ns; ++s) {
-      BlockQ4_Kx8& b = dst[g * ns + s];
-      for (int r = 0; r < kInterleaveRows; ++r) {
-        const BlockQ4_K& row = src[(g * kInterleaveRows + r) * ns + s];
-        b.d[r] = row.d;
-        b.dmin[r] = row.dmin;
-        for (int i = 0; i < 3; ++i) std::memcpy(&b.scales[i][r], row.scales + 4 * i, 4);
-        for (int p = 0; p < 4; ++p)
-          for (int q = 0; q < 8; ++q) std::memcpy(b.qs[p][q][r], row.qs + 32 * p + 4 * q, 4);
-      }
-    }
+  EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows,
+             "interleave_rows8: needs Q4_K or Q6_K rows in the file layout, at least 8 of them; ",
+             "got ", dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "] interleave ",
+             int{w.interleave});
+  if (w.dtype == DType::Q4_K)
+    interleave_typed<BlockQ4_Kx8, BlockQ4_K>(w, out);
+  else
+    interleave_typed<BlockQ6_Kx8, BlockQ6_K>(w, out);
   WeightMatrix x = w;
   x.data = out;
   x.interleave = kInterleaveRows;
   return x;
 }
 
-BlockQ4_K deinterleave_block(const WeightMatrix& w, int64_t r, int64_t s) {
-  const int64_t ns = w.cols / kQKBlock;
-  const BlockQ4_Kx8& b = static_cast<const BlockQ4_Kx8*>(w.data)[(r / kInterleaveRows) * ns + s];
-  const int j = static_cast<int>(r % kInterleaveRows);
-  BlockQ4_K row;
-  row.d = b.d[j];
-  row.dmin = b.dmin[j];
-  for (int i = 0; i < 3; ++i) std::memcpy(row.scales + 4 * i, &b.scales[i][j], 4);
-  for (int p = 0; p < 4; ++p)
-    for (int q = 0; q < 8; ++q) std::memcpy(row.qs + 32 * p + 4 * q, b.qs[p][q][j], 4);
-  return row;
+void deinterleave_row(const WeightMatrix& w, int64_t r, void* out) {
+  if (w.dtype == DType::Q4_K)
+    deinterleave_typed<BlockQ4_Kx8, BlockQ4_K>(w, r, out);
+  else
+    deinterleave_typed<BlockQ6_Kx8, BlockQ6_K>(w, r, out);
 }
 
 }  // namespace efim::cpu

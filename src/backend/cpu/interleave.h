@@ -1,12 +1,14 @@
-// Q4_K weight rows interleaved 8 at a time, the layout of the decode GEMV of
+// Q4_K and Q6_K weight rows interleaved 8 at a time, the layout of the decode GEMV of
 // matmul_panel_avx512.cpp: in the file's layout each 32-weight chunk of a row costs the row
 // kernels a madd and a scale shuffle; with 8 rows side by side, one 32-byte register holds 4
 // bytes of each of 8 rows (int32 lane r = row r), so a dot instruction serves 8 rows and the
-// sub-block scales cost one multiply per 8 dot instructions.
+// sub-block scales cost one multiply per 4 (Q6_K) or 8 (Q4_K) dot instructions.
 //
-// Rows [8g, 8g + 8) form group g, stored as W.cols / 256 BlockQ4_Kx8 (one per super-block),
-// the groups one after another: the same bytes as the file's rows, and any 8-aligned range of
-// rows is still a contiguous sub-matrix. Only matmul and dequantize_row read the layout.
+// Rows [8g, 8g + 8) form group g, stored as W.cols / 256 blocks of 8 rows (BlockQ4_Kx8 or
+// BlockQ6_Kx8, one per super-block), the groups one after another; the last rows % 8 rows (a
+// vocabulary of 151669 tokens leaves 5) follow in the file's layout. The same bytes as the
+// file's rows, and any 8-aligned range of rows is still a contiguous sub-matrix. Only matmul
+// and dequantize_row read the layout.
 #pragma once
 
 #include <cstdint>
@@ -24,17 +26,31 @@ struct BlockQ4_Kx8 {
 };
 static_assert(sizeof(BlockQ4_Kx8) == 8 * sizeof(BlockQ4_K));
 
+// Super-block s of 8 Q6_K rows. ql bytes 64h + 32c + 4g.. and qh bytes 32h + 4g.. hold
+// elements 128h + 32k + 4g.. (k = 0..3: ql low nibbles of c = 0, of c = 1, high nibbles of
+// c = 0, of c = 1; qh bit pair k). The three registers of one (h, g) lie side by side, in the
+// order the GEMV reads them (three streams 256 bytes apart measured 3.5x slower from DRAM).
+struct BlockQ6_Kx8 {
+  uint16_t d[8];              // f16 super-scales of rows 0..7
+  int8_t scales[16][8];       // scale of 16-element sub-block j of row r at [j][r]
+  uint8_t q[2][8][3][8][4];   // [h][g][0, 1: ql of c = 0, 1; 2: qh][r][b]: byte 4g + b of row r
+};
+static_assert(sizeof(BlockQ6_Kx8) == 8 * sizeof(BlockQ6_K));
+
 constexpr int kInterleaveRows = 8;
 
+// Whether t has an interleaved layout (Q4_K, Q6_K).
+bool has_interleaved_layout(DType t);
+
 // Whether matmul computes W interleaved natively on this CPU (the active kernel is AVX-512
-// with VNNI) and W is Q4_K in the file's layout with rows % 8 == 0.
+// with VNNI) and W is Q4_K or Q6_K in the file's layout with at least 8 rows.
 bool can_interleave(const WeightMatrix& w);
 
 // Writes W's rows interleaved to out (W's byte size; out != W.data) and returns the matrix
-// that reads them (interleave = 8). W must be Q4_K, file layout, rows % 8 == 0.
+// that reads them (interleave = 8). W must be Q4_K or Q6_K, file layout, rows >= 8.
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out);
 
-// Super-block s of row r of an interleaved W in the file's layout.
-BlockQ4_K deinterleave_block(const WeightMatrix& w, int64_t r, int64_t s);
+// Row r of an interleaved W in the file's layout: dtype_row_bytes(W.dtype, W.cols) bytes.
+void deinterleave_row(const WeightMatrix& w, int64_t r, void* out);
 
 }  // namespace efim::cpu

@@ -58,10 +58,11 @@ void matmul_blocks_avx512(ThreadPool& pool, const float* x, int64_t m, const Wei
 // x (VNNI dpbusd, one scale multiply per sub-block); matmul_blocks_avx512 routes products of at
 // least kPanelMinRows rows of x here. It also computes interleaved Q4_K (interleave.h) at any
 // m: below kPanelMinRows rows of x by the 8-row GEMV of that layout.
+// y[i][r] at y + i * ldy + r (ldy >= W.rows). Interleaved W: its whole groups of 8 rows only.
 void matmul_panel_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
-                         float* y);
+                         float* y, int64_t ldy);
 void matmul_panel_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
-                                  const WeightMatrix& w, float* y);
+                                  const WeightMatrix& w, float* y, int64_t ldy);
 inline bool is_panel_type(DType t) {
   return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K ||
          t == DType::Q6_K;

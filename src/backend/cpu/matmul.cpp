@@ -1,6 +1,7 @@
 // Kernel selection and argument checks; the arithmetic lives in matmul_*.cpp.
 #include "backend/cpu/matmul.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -92,17 +93,30 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
 // variants, tests) on a copy in the file's layout.
 void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                         float* y, CpuKernel kernel) {
-  EFIM_CHECK(w.dtype == DType::Q4_K && w.interleave == kInterleaveRows &&
-                 w.rows % kInterleaveRows == 0,
-             "matmul: interleave ", int{w.interleave}, " is defined for Q4_K rows in groups of ",
-             kInterleaveRows, ", not ", dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "]");
-  if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported())
-    return detail::matmul_panel_avx512(pool, x, m, w, y);
-  const int64_t ns = w.cols / kQKBlock;
-  static thread_local std::vector<BlockQ4_K> rows;  // [rows][ns]
-  rows.resize(static_cast<size_t>(w.rows * ns));
-  for (int64_t r = 0; r < w.rows; ++r)
-    for (int64_t s = 0; s < ns; ++s) rows[static_cast<size_t>(r * ns + s)] = deinterleave_block(w, r, s);
+  EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == kInterleaveRows &&
+                 w.rows >= kInterleaveRows,
+             "matmul: interleave ", int{w.interleave}, " is defined for Q4_K and Q6_K matrices ",
+             "of at least ", kInterleaveRows, " rows, not ", dtype_name(w.dtype), " [", w.rows,
+             ", ", w.cols, "]");
+  const size_t row_bytes = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+  if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported()) {
+    const int64_t whole = w.rows / kInterleaveRows * kInterleaveRows, tail = w.rows - whole;
+    WeightMatrix groups = w;
+    groups.rows = whole;
+    detail::matmul_panel_avx512(pool, x, m, groups, y, w.rows);
+    if (tail == 0) return;
+    // The tail rows (file layout, after the groups): y[i][whole..rows).
+    const WeightMatrix rest{w.dtype, tail, w.cols, static_cast<const uint8_t*>(w.data) + whole * row_bytes};
+    if (m == 1) return matmul(pool, x, 1, rest, y + whole, kernel);
+    static thread_local std::vector<float> part;  // [m][tail]
+    part.resize(static_cast<size_t>(m * tail));
+    matmul(pool, x, m, rest, part.data(), kernel);
+    for (int64_t i = 0; i < m; ++i) std::copy_n(&part[i * tail], tail, y + i * w.rows + whole);
+    return;
+  }
+  static thread_local std::vector<uint8_t> rows;  // [rows][row_bytes]
+  rows.resize(static_cast<size_t>(w.rows) * row_bytes);
+  for (int64_t r = 0; r < w.rows; ++r) deinterleave_row(w, r, rows.data() + r * row_bytes);
   WeightMatrix plain = w;
   plain.data = rows.data();
   plain.interleave = 1;

@@ -128,7 +128,7 @@ void matmul_k(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w
 void EFIM_AVX512_ENTRY(matmul_blocks_avx512)(ThreadPool& pool, const float* x, int64_t m,
                                              const WeightMatrix& w, float* y) {
   if (m >= kPanelMinRows && is_panel_type(w.dtype))
-    return EFIM_AVX512_ENTRY(matmul_panel_avx512)(pool, x, m, w, y);
+    return EFIM_AVX512_ENTRY(matmul_panel_avx512)(pool, x, m, w, y, w.rows);
   switch (w.dtype) {
     case DType::Q3_K:
       return matmul_k<UQ3_K>(pool, x, m, w, y);

@@ -141,12 +141,70 @@ void pack_panel_x8(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelB
   }
 }
 
+// The 6-bit levels of Q6_K elements 128h + 32k + 4g .. + 3 (k = 0..3) of 8 interleaved rows,
+// from ql bytes a (c = 0), b (c = 1) and qh bytes hb of group g.
+struct Q6Levels {
+  __m256i e[4];
+};
+inline Q6Levels q6_levels(const BlockQ6_Kx8& blk, int h, int g) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.q[h][g][0]));
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.q[h][g][1]));
+  const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.q[h][g][2]));
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i hi0 = _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x03)), 4);
+  const __m256i hi1 = _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0c)), 2);
+  const __m256i hi2 = _mm256_and_si256(hb, _mm256_set1_epi8(0x30));
+  const __m256i hi3 = _mm256_and_si256(_mm256_srli_epi16(hb, 2), _mm256_set1_epi8(0x30));
+  return {{_mm256_or_si256(_mm256_and_si256(a, m4), hi0),
+           _mm256_or_si256(_mm256_and_si256(b, m4), hi1),
+           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), hi2),
+           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), hi3)}};
+}
+
+// Scales of 16-element sub-block j of 8 interleaved Q6_K rows as int32 lanes.
+inline __m256i q6_scale(const BlockQ6_Kx8& blk, int j) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.scales[j])));
+}
+
+// pack_panel for interleaved Q6_K (as pack_panel_x8).
+void pack_panel_x8_q6(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBlock* panel) {
+  const auto* blocks = static_cast<const BlockQ6_Kx8*>(w.data);
+  for (int64_t s = 0; s < ns; ++s) {
+    PanelBlock& p = panel[s];
+    for (int h8 = 0; h8 < kPanelRows; h8 += kInterleaveRows) {
+      const int64_t g = (n0 + std::min(h8, nr - kInterleaveRows)) / kInterleaveRows;
+      const BlockQ6_Kx8& b = blocks[g * ns + s];
+      for (int h = 0; h < 2; ++h)
+        for (int gl = 0; gl < 8; ++gl) {
+          const Q6Levels q = q6_levels(b, h, gl);
+          for (int k = 0; k < 4; ++k)  // element 128h + 32k + 4gl: group 32h + 8k + gl
+            _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[32 * h + 8 * k + gl][h8][0]), q.e[k]);
+        }
+      for (int j = 0; j < 16; ++j)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(&p.sc[j][h8]), q6_scale(b, j));
+      for (int j = 0; j < 8; ++j) {  // folded offsets 32 sc of sub-blocks 2j, 2j + 1
+        const __m256i lo = _mm256_slli_epi32(q6_scale(b, 2 * j), 5);
+        const __m256i hi = _mm256_slli_epi32(q6_scale(b, 2 * j + 1), 5);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(&p.mn[j][h8][0]),
+                           _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xffff)),
+                                           _mm256_slli_epi32(hi, 16)));
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+      _mm256_store_ps(&p.d[h8], d);
+      _mm256_store_ps(&p.dmin[h8], d);
+    }
+  }
+}
+
 // Unpacks weight rows [n0, n0 + nr) into panel[0..ns) (rows past nr repeat row n0 + nr - 1;
 // their outputs are dropped).
 template <class U>
 void pack_panel(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBlock* panel) {
   if constexpr (std::is_same_v<U, UQ4_K>) {
     if (w.interleave != 1) return pack_panel_x8(w, n0, nr, ns, panel);
+  }
+  if constexpr (std::is_same_v<U, UQ6_K>) {
+    if (w.interleave != 1) return pack_panel_x8_q6(w, n0, nr, ns, panel);
   }
   const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
   const typename U::Block* row0[kPanelRows];  // file layout: super-block 0 of each row
@@ -272,7 +330,8 @@ void panel_rows(const PanelBlock* panel, const QuantizedRowsK& a, int64_t i0, in
 }
 
 template <class U>
-void panel_gemm(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, float* y) {
+void panel_gemm(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, float* y,
+                int64_t ldy) {
   const int64_t m = a.m, n = w.rows;
   const GemmSplit split = split_gemm(m, n, kTileRows, kPanelRows, pool.size());
   const int64_t m_blocks = split.m_blocks, m_block = split.m_block, items = split.items();
@@ -290,7 +349,7 @@ void panel_gemm(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w
                           packed = p;
                         }
                         const int64_t i0 = mb * m_block;
-                        panel_rows<U>(panel.data(), a, i0, std::min(m_block, m - i0), y + n0, n, nr);
+                        panel_rows<U>(panel.data(), a, i0, std::min(m_block, m - i0), y + n0, ldy, nr);
                       }
                     });
 }
@@ -349,8 +408,56 @@ void x8_group(const BlockQ4_Kx8* grp, const QuantizedRowsK& a, int64_t i, const 
   _mm256_storeu_ps(y, acc);
 }
 
-// GEMV (few rows of x) on interleaved Q4_K: threads take ranges of 8-row groups.
-void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, float* y) {
+// y[r] = x row i . weight row 8 group + r for interleaved Q6_K: per 16-element sub-block j,
+// S += sc_j (t_j - 32 bsum_j) (the folded offset, exact in int32).
+void x8_group_q6(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i, float* y) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t s = 0; s < a.ns; ++s) {
+    const BlockQ6_Kx8& b = grp[s];
+    const int8_t* xs = a.q.data() + i * a.k + s * kQKBlock;
+    const int16_t* bsum = a.bsum.data() + (i * a.ns + s) * 16;
+    __m256i S = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h)
+      for (int tq = 0; tq < 2; ++tq) {  // groups 4tq..4tq+3: sub-blocks 8h + 2k + tq
+        __m256i t[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                        _mm256_setzero_si256()};
+#pragma GCC unroll 4
+        for (int gi = 0; gi < 4; ++gi) {
+          const int gl = 4 * tq + gi;
+          const Q6Levels q = q6_levels(b, h, gl);
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k)
+            t[k] = _mm256_dpbusd_epi32(t[k], q.e[k],
+                                       _mm256_set1_epi32(load_i32(xs + 128 * h + 32 * k + 4 * gl)));
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const int j = 8 * h + 2 * k + tq;
+          const __m256i dot = _mm256_sub_epi32(t[k], _mm256_set1_epi32(32 * bsum[j]));
+          S = _mm256_add_epi32(S, _mm256_mullo_epi32(dot, q6_scale(b, j)));
+        }
+      }
+    const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>(i * a.ns + s)]);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(d, dx), acc);
+  }
+  _mm256_storeu_ps(y, acc);
+}
+
+// GEMV (few rows of x) on interleaved Q4_K / Q6_K: threads take ranges of 8-row groups.
+void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, float* y,
+             int64_t ldy) {
+  const int64_t groups = w.rows / kInterleaveRows;
+  if (w.dtype == DType::Q6_K) {
+    const auto* blocks = static_cast<const BlockQ6_Kx8*>(w.data);
+    pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
+                      [&](int, int64_t g0, int64_t g1) {
+                        for (int64_t g = g0; g < g1; ++g)
+                          for (int64_t i = 0; i < a.m; ++i)
+                            x8_group_q6(blocks + g * a.ns, a, i, y + i * ldy + g * kInterleaveRows);
+                      });
+    return;
+  }
   // x's sums per 32-element sub-block, paired for the mins (see x8_group): [m][ns][4].
   static thread_local std::vector<int32_t> bpair_buf;
   std::vector<int32_t>& bpair = bpair_buf;
@@ -367,21 +474,20 @@ void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, f
                                       (static_cast<uint32_t>(static_cast<uint16_t>(b32[j + 2])) << 16));
       }
     }
-  const int64_t groups = w.rows / kInterleaveRows;
   const auto* blocks = static_cast<const BlockQ4_Kx8*>(w.data);
   pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
                     [&](int, int64_t g0, int64_t g1) {
                       for (int64_t g = g0; g < g1; ++g)
                         for (int64_t i = 0; i < a.m; ++i)
                           x8_group(blocks + g * a.ns, a, i, &bpair[static_cast<size_t>(i * a.ns * 4)],
-                                   y + i * w.rows + g * kInterleaveRows);
+                                   y + i * ldy + g * kInterleaveRows);
                     });
 }
 
 }  // namespace
 
 void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, int64_t m,
-                                            const WeightMatrix& w, float* y) {
+                                            const WeightMatrix& w, float* y, int64_t ldy) {
   static thread_local QuantizedRowsK buffer;  // reused across calls of this thread
   QuantizedRowsK& acts = buffer;              // the workers see this thread's instance
   acts.resize(m, w.cols);
@@ -389,18 +495,18 @@ void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, in
                     [&](int, int64_t i0, int64_t i1) {
                       for (int64_t i = i0; i < i1; ++i) quantize_row_k_avx2(x, i, acts);
                     });
-  if (w.interleave != 1 && m < kPanelMinRows) return x8_gemv(pool, acts, w, y);
+  if (w.interleave != 1 && m < kPanelMinRows) return x8_gemv(pool, acts, w, y, ldy);
   switch (w.dtype) {
     case DType::Q2_K:
-      return panel_gemm<UQ2_K>(pool, acts, w, y);
+      return panel_gemm<UQ2_K>(pool, acts, w, y, ldy);
     case DType::Q3_K:
-      return panel_gemm<UQ3_K>(pool, acts, w, y);
+      return panel_gemm<UQ3_K>(pool, acts, w, y, ldy);
     case DType::Q4_K:
-      return panel_gemm<UQ4_K>(pool, acts, w, y);
+      return panel_gemm<UQ4_K>(pool, acts, w, y, ldy);
     case DType::Q5_K:
-      return panel_gemm<UQ5_K>(pool, acts, w, y);
+      return panel_gemm<UQ5_K>(pool, acts, w, y, ldy);
     case DType::Q6_K:
-      return panel_gemm<UQ6_K>(pool, acts, w, y);
+      return panel_gemm<UQ6_K>(pool, acts, w, y, ldy);
     default:
       return;  // matmul_blocks_avx512 routes only is_panel_type here
   }

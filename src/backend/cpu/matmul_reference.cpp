@@ -9,11 +9,11 @@ namespace efim::cpu {
 
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out) {
   EFIM_CHECK(r >= 0 && r < w.rows, "dequantize_row: row ", r, " outside [0, ", w.rows, ")");
-  if (w.interleave != 1) {  // one super-block of the row at a time, in the file's layout
-    for (int64_t s = 0; s < w.cols / kQKBlock; ++s) {
-      const BlockQ4_K b = deinterleave_block(w, r, s);
-      dequantize(&b, kQKBlock, DType::Q4_K, out + s * kQKBlock);
-    }
+  if (w.interleave != 1) {  // the row in the file's layout first
+    static thread_local std::vector<uint8_t> row;
+    row.resize(dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols)));
+    deinterleave_row(w, r, row.data());
+    dequantize(row.data(), w.cols, w.dtype, out);
     return;
   }
   dequantize(detail::weight_row(w, r), w.cols, w.dtype, out);
