@@ -97,7 +97,6 @@ std::unique_ptr<Model> Model::from_source(const ModelConfig& config,
   m->inv_freq_ = m->config_.rope_inv_freq();
   m->reference_matmul_ = opts.reference_matmul;
   m->fuse_projections();
-  if (!m->reference_matmul_) m->interleave_weights();
   if (opts.pool) {
     m->pool_ = opts.pool;
   } else {
@@ -105,6 +104,7 @@ std::unique_ptr<Model> Model::from_source(const ModelConfig& config,
                                                                    : ThreadPool::default_threads());
     m->pool_ = m->own_pool_.get();
   }
+  if (!m->reference_matmul_) m->interleave_weights();
   return m;
 }
 
@@ -168,7 +168,6 @@ void Model::fuse_projections() {
 }
 
 void Model::interleave_weights() {
-  std::vector<uint8_t> copy;  // the matrix in the file's layout while it is rewritten
   auto rewrite = [&](cpu::WeightMatrix& w) {
     if (!cpu::can_interleave(w)) return;
     const size_t bytes = static_cast<size_t>(w.rows) * dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
@@ -177,10 +176,7 @@ void Model::interleave_weights() {
       if (f.get() == w.data) at = f.get();
     if (at == nullptr) at = source_->writable(w.data, bytes);
     if (at == nullptr) return;  // a shared mapping of the file: left as it is
-    copy.assign(at, at + bytes);
-    cpu::WeightMatrix from = w;
-    from.data = copy.data();
-    w = cpu::interleave_rows8(from, at);
+    w = cpu::interleave_rows8(w, at, pool_);  // in place
   };
   for (size_t l = 0; l < fused_.size(); ++l) {
     LayerWeights& lw = weights_.layers[l];

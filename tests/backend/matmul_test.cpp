@@ -558,6 +558,14 @@ TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
     std::vector<uint8_t> bytes(p.wbuf.size());
     const WeightMatrix x8 = interleave_rows8(p.w, bytes.data());
     ASSERT_EQ(x8.interleave, 8);
+    {  // in place, groups in parallel: the same bytes
+      std::vector<uint8_t> same = p.wbuf;
+      WeightMatrix w = p.w;
+      w.data = same.data();
+      ThreadPool pool(3);
+      EXPECT_EQ(interleave_rows8(w, same.data(), &pool).data, same.data());
+      EXPECT_EQ(same, bytes) << dtype_name(t) << " n=" << s.n;
+    }
     const size_t row_bytes = dtype_row_bytes(t, static_cast<uint64_t>(s.k));
     std::vector<uint8_t> row(row_bytes);
     for (int64_t r = 0; r < s.n; ++r) {

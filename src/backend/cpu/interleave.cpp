@@ -1,10 +1,13 @@
 #include "backend/cpu/interleave.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
 #include "backend/cpu/kernels.h"
 #include "base/error.h"
+#include "base/thread_pool.h"
+#include <vector>
 
 namespace efim::cpu {
 
@@ -36,23 +39,35 @@ void copy_q6k(BlockQ6_Kx8& b, BlockQ6_K& row, int r, bool to_x8) {
     }
 }
 
+// Group by group: each group's rows are copied aside (8 rows, a few KB) and written back
+// interleaved over the same bytes, so out may be W's own bytes.
 template <class X8, class B>
-void interleave_typed(const WeightMatrix& w, void* out) {
+void interleave_typed(const WeightMatrix& w, void* out, ThreadPool* pool) {
   const int64_t ns = w.cols / kQKBlock;
-  auto* src = const_cast<B*>(static_cast<const B*>(w.data));  // [rows][ns], only read
-  auto* dst = static_cast<X8*>(out);                           // [rows / 8][ns]
+  const auto* src = static_cast<const B*>(w.data);  // [rows][ns]
+  auto* dst = static_cast<X8*>(out);                 // [rows / 8][ns], then the tail rows
   const int64_t groups = w.rows / kInterleaveRows;
-  std::memcpy(dst + groups * ns, src + groups * kInterleaveRows * ns,  // the tail rows
-              static_cast<size_t>(w.rows % kInterleaveRows * ns) * sizeof(B));
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t s = 0; s < ns; ++s)
-      for (int r = 0; r < kInterleaveRows; ++r) {
-        B& row = src[(g * kInterleaveRows + r) * ns + s];
-        if constexpr (std::is_same_v<B, BlockQ4_K>)
-          copy_q4k(dst[g * ns + s], row, r, true);
-        else
-          copy_q6k(dst[g * ns + s], row, r, true);
-      }
+  if (out != w.data)
+    std::memcpy(dst + groups * ns, src + groups * kInterleaveRows * ns,
+                static_cast<size_t>(w.rows % kInterleaveRows * ns) * sizeof(B));
+  auto run = [&](int, int64_t g0, int64_t g1) {
+    std::vector<B> rows(static_cast<size_t>(kInterleaveRows * ns));  // [8][ns]
+    for (int64_t g = g0; g < g1; ++g) {
+      std::memcpy(rows.data(), src + g * kInterleaveRows * ns, rows.size() * sizeof(B));
+      for (int64_t s = 0; s < ns; ++s)
+        for (int r = 0; r < kInterleaveRows; ++r) {
+          B& row = rows[static_cast<size_t>(r * ns + s)];
+          if constexpr (std::is_same_v<B, BlockQ4_K>)
+            copy_q4k(dst[g * ns + s], row, r, true);
+          else
+            copy_q6k(dst[g * ns + s], row, r, true);
+        }
+    }
+  };
+  if (pool != nullptr)
+    pool->parallel_for(groups, std::max<int64_t>(1, groups / (8 * pool->size())), run);
+  else
+    run(0, 0, groups);
 }
 
 template <class X8, class B>
@@ -86,15 +101,15 @@ bool can_interleave(const WeightMatrix& w) {
          detail::avx512_vnni_supported();
 }
 
-WeightMatrix interleave_rows8(const WeightMatrix& w, void* out) {
+WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows,
              "interleave_rows8: needs Q4_K or Q6_K rows in the file layout, at least 8 of them; ",
              "got ", dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "] interleave ",
              int{w.interleave});
   if (w.dtype == DType::Q4_K)
-    interleave_typed<BlockQ4_Kx8, BlockQ4_K>(w, out);
+    interleave_typed<BlockQ4_Kx8, BlockQ4_K>(w, out, pool);
   else
-    interleave_typed<BlockQ6_Kx8, BlockQ6_K>(w, out);
+    interleave_typed<BlockQ6_Kx8, BlockQ6_K>(w, out, pool);
   WeightMatrix x = w;
   x.data = out;
   x.interleave = kInterleaveRows;

@@ -46,9 +46,10 @@ bool has_interleaved_layout(DType t);
 // with VNNI) and W is Q4_K or Q6_K in the file's layout with at least 8 rows.
 bool can_interleave(const WeightMatrix& w);
 
-// Writes W's rows interleaved to out (W's byte size; out != W.data) and returns the matrix
-// that reads them (interleave = 8). W must be Q4_K or Q6_K, file layout, rows >= 8.
-WeightMatrix interleave_rows8(const WeightMatrix& w, void* out);
+// Writes W's rows interleaved to out (W's byte size: W's own bytes, rewritten in place, or
+// memory apart from them) and returns the matrix that reads them (interleave = 8). W must be
+// Q4_K or Q6_K, file layout, rows >= 8. With a pool, groups are rewritten in parallel.
+WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool = nullptr);
 
 // Row r of an interleaved W in the file's layout: dtype_row_bytes(W.dtype, W.cols) bytes.
 void deinterleave_row(const WeightMatrix& w, int64_t r, void* out);
