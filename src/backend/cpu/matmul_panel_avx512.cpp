@@ -19,6 +19,11 @@
 // their consecutive items of it. A panel of k = 8960 is 200 KB: it stays in L2 while the rows
 // of x stream past it.
 //
+// Weights interleaved 8 rows at a time (Q4_K, Q6_K; interleave.h) are packed from that layout
+// without transposes, and below kPanelMinRows rows of x (decode) run the GEMV of the layout:
+// the same dpbusd per 4 bytes of 8 rows, straight from the weights, with the 8 rows' sums in
+// the lanes of one register (x8_group, x8_group_q6).
+//
 // This file is compiled twice: natively for AVX-512 CPUs, and for tests on SIMDe's emulation of
 // the intrinsics (EFIM_AVX512_EMULATED, see avx512_emulation.h).
 
