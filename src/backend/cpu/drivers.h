@@ -249,7 +249,7 @@ void quant_gemv(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w,
       });
 }
 
-// The int8 matmul: x quantized once per call (rows in parallel for prefill: a serial pass
+// The int8 matmul: x quantized once per call as ggml's quantize_row_q8_0 does (rows in parallel for prefill: a serial pass
 // would cost ~5% of the GEMM on 2 threads), then the GEMV below `gemm_min_rows` rows of x,
 // else the GEMM.
 template <class Gemm, class Gemv>
@@ -260,7 +260,7 @@ void quant_matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatri
   acts.resize(m, w.cols);
   pool.parallel_for(m, grain_for(m, m * w.cols * 8, pool.size(), 4),
                     [&](int, int64_t i0, int64_t i1) {
-                      for (int64_t i = i0; i < i1; ++i) quantize_row_avx2(x, i, acts);
+                      for (int64_t i = i0; i < i1; ++i) quantize_row_q8_ggml_avx2(x, i, acts);
                     });
   if (m < gemm_min_rows) return quant_gemv<Gemv>(pool, acts, w, y);
   quant_gemm<Gemm>(pool, acts, w, y);

@@ -11,32 +11,27 @@
 
 namespace efim::cpu::detail {
 
-// Activations quantized for the integer kernels, one Q8_0-like block per 32 values of a row:
-// x[i][32b + j] ~= d[i][b] * q[i][32b + j]. Unlike the Q8_0 file format, d stays f32 (more
-// accurate, no conversion in the inner loop) and the quant sum is kept for Q4_0's -8 offset.
+// Activations quantized for the integer kernels, one Q8_0 block per 32 values of a row:
+// x[i][32b + j] ~= d[i][b] * q[i][32b + j], d rounded to f16 as in the Q8_0 format (what
+// llama.cpp multiplies Q8_0 and Q4_0 weights with), held as f32; the quant sum is kept for
+// Q4_0's -8 offset.
 struct QuantizedRows {
   int64_t m = 0, k = 0, nb = 0;  // nb = k / 32 blocks per row
   std::vector<int8_t> q;         // [m][k]  quants in [-127, 127], rounded to nearest even
-  std::vector<float> d;          // [m][nb] scales amax / 127
+  std::vector<float> d;          // [m][nb] scales f16(amax / 127)
   std::vector<int32_t> sum;      // [m][nb] sum of the block's 32 quants
   std::vector<float> s;          // [m][nb] f16(d * sum) (ggml's Q8_1), by the ggml quantizer only
 
   void resize(int64_t rows, int64_t cols);
 };
 
-// Activations for the block kernels of Q4_1, Q5_0, Q5_1 and IQ4_NL exactly as ggml's x86
+// Activations for the int8 kernels (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) exactly as ggml's x86
 // quantize_row_q8_0 / quantize_row_q8_1 (what llama.cpp multiplies those weights with):
 // d = amax / 127 rounded to f16, q = round(x * (127 / amax)) to nearest even, s = f16(d * sum q)
 // with the unrounded d. Row i of x into row i of out (already sized): d holds the f16 value as
 // f32, sum and s are filled. The two versions write identical bytes.
 void quantize_row_q8_ggml_scalar(const float* x, int64_t i, QuantizedRows& out);
 void quantize_row_q8_ggml_avx2(const float* x, int64_t i, QuantizedRows& out);
-
-// Both produce identical bytes (same float operations, same rounding).
-void quantize_rows_scalar(const float* x, int64_t m, int64_t k, QuantizedRows& out);
-void quantize_rows_avx2(const float* x, int64_t m, int64_t k, QuantizedRows& out);
-// Row i of x [.][out.k] into row i of `out` (already sized): the AVX2 quantizer, one row.
-void quantize_row_avx2(const float* x, int64_t i, QuantizedRows& out);
 
 // Kernel bodies; shapes as in matmul, already validated, m > 0, rows > 0, cols > 0.
 void matmul_scalar(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y);

@@ -25,9 +25,9 @@ struct WeightMatrix {
 // y[m, n] = sum_k x[m, k] * W[n, k]
 // x: [m, W.cols] f32 row-major, y: [m, W.rows] f32 row-major. Uses the fastest kernel for the
 // CPU (chosen once at run time) and all threads of the pool.
-// Q8_0 / Q4_0 weights: x is quantized to Q8_0-like blocks (f32 scale, int8 quants, rounding
-// to nearest) once per call and the products are integer dot products per 32-block, as in
-// llama.cpp; the relative error this adds is about 2^-8 of sum_k |x_k w_k|.
+// Q8_0 / Q4_0 weights: x is quantized to Q8_0 blocks as ggml does (f16 scale, int8 quants,
+// rounding to nearest even) once per call and the products are integer dot products per
+// 32-block, as in llama.cpp; the relative error this adds is about 2^-8 of sum_k |x_k w_k|.
 void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y);
 
 // One product of a batch for matmul_jobs: y = x . W^T as matmul computes it.

@@ -291,44 +291,6 @@ struct GemvGroup {
 
 }  // namespace
 
-void quantize_row_avx2(const float* x, int64_t i, QuantizedRows& out) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  const int64_t k = out.k;
-  for (int64_t b = 0; b < out.nb; ++b) {
-    const float* xb = x + i * k + b * kQBlock;
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int j = 0; j < 4; ++j) {
-      v[j] = _mm256_loadu_ps(xb + 8 * j);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float d = _mm_cvtss_f32(m4) / 127.0f;
-    const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-    __m256i q[4];
-    for (int j = 0; j < 4; ++j)  // cvtps rounds to nearest even (default MXCSR)
-      q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id));
-    const __m256i sum =
-        _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-    // Pack 32 int32 -> 32 int8; the packs work per 128-bit lane, the permute restores order.
-    const __m256i q16a = _mm256_packs_epi32(q[0], q[1]);
-    const __m256i q16b = _mm256_packs_epi32(q[2], q[3]);
-    __m256i q8 = _mm256_packs_epi16(q16a, q16b);
-    q8 = _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + i * k + b * kQBlock), q8);
-    out.d[static_cast<size_t>(i * out.nb + b)] = d;
-    out.sum[static_cast<size_t>(i * out.nb + b)] = hsum_epi32(sum);
-  }
-}
-
-// Same float operations as quantize_rows_scalar: amax, d = amax / 127, q = round(x * (1 / d)).
-void quantize_rows_avx2(const float* x, int64_t m, int64_t k, QuantizedRows& out) {
-  out.resize(m, k);
-  for (int64_t i = 0; i < m; ++i) quantize_row_avx2(x, i, out);
-}
-
 void matmul_quant_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                        float* y) {
   quant_matmul<Gemm, GemvGroup>(pool, x, m, w, y, kGemmMinRows);

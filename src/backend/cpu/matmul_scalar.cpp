@@ -41,27 +41,6 @@ void quantize_row_q8_ggml_scalar(const float* x, int64_t i, QuantizedRows& out) 
   }
 }
 
-void quantize_rows_scalar(const float* x, int64_t m, int64_t k, QuantizedRows& out) {
-  out.resize(m, k);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t b = 0; b < out.nb; ++b) {
-      const float* xb = x + i * k + b * kQBlock;
-      float amax = 0.0f;
-      for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      int8_t* q = out.q.data() + i * k + b * kQBlock;
-      int32_t sum = 0;
-      for (int j = 0; j < kQBlock; ++j) {
-        q[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));  // ties to even
-        sum += q[j];
-      }
-      out.d[static_cast<size_t>(i * out.nb + b)] = d;
-      out.sum[static_cast<size_t>(i * out.nb + b)] = sum;
-    }
-  }
-}
-
 namespace {
 
 // One output of the integer path: sum over blocks of (int dot of the block) * d_w * d_x.
@@ -173,7 +152,8 @@ void matmul_scalar(ThreadPool& pool, const float* x, int64_t m, const WeightMatr
   if (w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0) {
     static thread_local QuantizedRows buffer;  // reused across calls of this thread
     QuantizedRows& acts = buffer;  // the workers must see this thread's instance, not theirs
-    quantize_rows_scalar(x, m, k, acts);
+    acts.resize(m, k);
+    for (int64_t i = 0; i < m; ++i) quantize_row_q8_ggml_scalar(x, i, acts);
     pool.parallel_for(n, balanced_grain(n, pool.size(), 4), [&](int, int64_t n0, int64_t n1) {
       for (int64_t r = n0; r < n1; ++r) {
         const uint8_t* wrow = weight_row(w, r);
