@@ -149,16 +149,14 @@ void write_file(const std::string& path, const std::string& bytes) {
   EFIM_CHECK(out.good(), "error writing '", path, "'");
 }
 
-bool MappedFile::make_writable() {
+bool MappedFile::protect(int prot) {
   if (region_ == nullptr) return false;
-  return ::mprotect(const_cast<uint8_t*>(data_), region_size_ - (data_ - static_cast<uint8_t*>(region_)),
-                    PROT_READ | PROT_WRITE) == 0;
+  const size_t len = region_size_ - static_cast<size_t>(data_ - static_cast<uint8_t*>(region_));
+  return ::mprotect(const_cast<uint8_t*>(data_), len, prot) == 0;
 }
 
-void MappedFile::make_read_only() {
-  if (region_ != nullptr)
-    ::mprotect(const_cast<uint8_t*>(data_), region_size_ - (data_ - static_cast<uint8_t*>(region_)),
-               PROT_READ);
-}
+bool MappedFile::make_writable() { return protect(PROT_READ | PROT_WRITE); }
+
+void MappedFile::make_read_only() { protect(PROT_READ); }
 
 }  // namespace efim

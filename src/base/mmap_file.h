@@ -42,6 +42,8 @@ class MappedFile {
 
  private:
   void reset();
+  // mprotect of the private copy from data_ to the region's end; false for a shared mapping.
+  bool protect(int prot);
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;

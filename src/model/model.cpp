@@ -1,8 +1,6 @@
 // Model loading, KV storage and the single-sequence session. The forward pass is in forward.cpp.
 #include "model/model.h"
 
-#include "backend/cpu/interleave.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +8,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "backend/cpu/interleave.h"
 #include "base/error.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"

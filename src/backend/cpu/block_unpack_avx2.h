@@ -315,13 +315,7 @@ void rows_range(const WeightMatrix& w, const Acts& a, int64_t r0, int64_t r1, fl
 // rows, so each streams its own part of W.
 template <int kMaxRows, class Acts, void (*QuantizeRow)(const float*, int64_t, Acts&), class D>
 void block_matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y) {
-  static thread_local Acts buffer;  // reused across calls of this thread
-  Acts& acts = buffer;              // the workers see this thread's instance
-  acts.resize(m, w.cols);
-  pool.parallel_for(m, grain_for(m, m * w.cols * 8, pool.size(), 4),
-                    [&](int, int64_t i0, int64_t i1) {
-                      for (int64_t i = i0; i < i1; ++i) QuantizeRow(x, i, acts);
-                    });
+  const Acts& acts = quantize_activations<Acts, QuantizeRow>(pool, x, m, w.cols);
   pool.parallel_for(w.rows, grain_for(w.rows, m * w.rows * w.cols, pool.size(), 4),
                     [&](int, int64_t r0, int64_t r1) { rows_range<kMaxRows, Acts, D>(w, acts, r0, r1, y); });
 }

@@ -249,19 +249,13 @@ void quant_gemv(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w,
       });
 }
 
-// The int8 matmul: x quantized once per call as ggml's quantize_row_q8_0 does (rows in parallel for prefill: a serial pass
-// would cost ~5% of the GEMM on 2 threads), then the GEMV below `gemm_min_rows` rows of x,
-// else the GEMM.
+// The int8 matmul: x quantized once per call as ggml's quantize_row_q8_0 does
+// (quantize_activations), then the GEMV below `gemm_min_rows` rows of x, else the GEMM.
 template <class Gemm, class Gemv>
 void quant_matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y,
                   int64_t gemm_min_rows) {
-  static thread_local QuantizedRows buffer;  // reused across calls: no allocation per token
-  QuantizedRows& acts = buffer;  // the workers must see this thread's instance, not theirs
-  acts.resize(m, w.cols);
-  pool.parallel_for(m, grain_for(m, m * w.cols * 8, pool.size(), 4),
-                    [&](int, int64_t i0, int64_t i1) {
-                      for (int64_t i = i0; i < i1; ++i) quantize_row_q8_ggml_avx2(x, i, acts);
-                    });
+  const QuantizedRows& acts =
+      quantize_activations<QuantizedRows, quantize_row_q8_ggml_avx2>(pool, x, m, w.cols);
   if (m < gemm_min_rows) return quant_gemv<Gemv>(pool, acts, w, y);
   quant_gemm<Gemm>(pool, acts, w, y);
 }

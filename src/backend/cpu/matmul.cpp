@@ -5,10 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/interleave.h"
 #include "backend/cpu/kernels.h"
-#include <vector>
 #include "base/error.h"
 
 namespace efim::cpu {
@@ -89,8 +89,8 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
              "matmul: unsupported weight dtype ", dtype_name(w.dtype));
 }
 
-// Interleaved Q4_K (interleave.h): natively by the AVX-512 VNNI kernels, otherwise (other
-// variants, tests) on a copy in the file's layout.
+// Interleaved Q4_K / Q6_K (interleave.h): natively by the AVX-512 VNNI kernels (the tail rows
+// by the file-layout kernels), otherwise (other variants, tests) on a copy in the file's layout.
 void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                         float* y, CpuKernel kernel) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == kInterleaveRows &&

@@ -389,20 +389,19 @@ void x8_group(const BlockQ4_Kx8* grp, const QuantizedRowsK& a, int64_t i, const 
   for (int64_t s = 0; s < a.ns; ++s) {
     const BlockQ4_Kx8& b = grp[s];
     const X8Scales x = x8_scales(b);
-    const __m256i sc_lo = x.sc_lo, sc_hi = x.sc_hi, mn_lo = x.mn_lo, mn_hi = x.mn_hi;
     const int8_t* xs = a.q.data() + i * a.k + s * kQKBlock;
     __m256i S = _mm256_setzero_si256();
-    x8_pair<0>(b, xs, sc_lo, S);
-    x8_pair<1>(b, xs, sc_lo, S);
-    x8_pair<2>(b, xs, sc_hi, S);
-    x8_pair<3>(b, xs, sc_hi, S);
+    x8_pair<0>(b, xs, x.sc_lo, S);
+    x8_pair<1>(b, xs, x.sc_lo, S);
+    x8_pair<2>(b, xs, x.sc_hi, S);
+    x8_pair<3>(b, xs, x.sc_hi, S);
     // M = sum_j mn_j bsum32_j: the even and odd bytes of each mins word as int16 pairs.
     const int32_t* bp = bpair + s * 4;
-    __m256i M = _mm256_madd_epi16(_mm256_and_si256(mn_lo, lo16), _mm256_set1_epi32(bp[0]));
-    M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(mn_lo, 8), lo16),
+    __m256i M = _mm256_madd_epi16(_mm256_and_si256(x.mn_lo, lo16), _mm256_set1_epi32(bp[0]));
+    M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(x.mn_lo, 8), lo16),
                                               _mm256_set1_epi32(bp[1])));
-    M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_and_si256(mn_hi, lo16), _mm256_set1_epi32(bp[2])));
-    M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(mn_hi, 8), lo16),
+    M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_and_si256(x.mn_hi, lo16), _mm256_set1_epi32(bp[2])));
+    M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(x.mn_hi, 8), lo16),
                                               _mm256_set1_epi32(bp[3])));
     const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>(i * a.ns + s)]);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
@@ -493,13 +492,8 @@ void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, f
 
 void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, int64_t m,
                                             const WeightMatrix& w, float* y, int64_t ldy) {
-  static thread_local QuantizedRowsK buffer;  // reused across calls of this thread
-  QuantizedRowsK& acts = buffer;              // the workers see this thread's instance
-  acts.resize(m, w.cols);
-  pool.parallel_for(m, grain_for(m, m * w.cols * 8, pool.size(), 4),
-                    [&](int, int64_t i0, int64_t i1) {
-                      for (int64_t i = i0; i < i1; ++i) quantize_row_k_avx2(x, i, acts);
-                    });
+  const QuantizedRowsK& acts =
+      quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);
   if (w.interleave != 1 && m < kPanelMinRows) return x8_gemv(pool, acts, w, y, ldy);
   switch (w.dtype) {
     case DType::Q2_K:
