@@ -84,6 +84,7 @@ void run_serve(ServeArgs& a) {
              "--token-healing-variant takes constrained or exact, got '", a.heal_variant, "'");
   a.server.healing.exact = a.heal_variant == "exact";
   a.server.model_id = model_id(a.model);
+  a.server.model_path = a.model;
   StopOnSignal signals;
   LoadedModel m = load_model(a.model, a.threads);
   a.server.healing.fragment_trained = m.model->config().fragment_tokenization;

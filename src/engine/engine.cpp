@@ -28,6 +28,30 @@ std::vector<int32_t> resolve_eos(const ModelConfig& c, const EngineOptions& o) {
   return std::vector<int32_t>(c.eos_tokens.begin(), c.eos_tokens.end());
 }
 
+// The infill sampler's view of the vocabulary: token text from the tokenizer (special tokens
+// have none), end-of-generation = the request's stop tokens and, unless it ignores them, the
+// model's EOS tokens; the end-of-text token is the first of those.
+class RequestVocab final : public InfillVocab {
+ public:
+  RequestVocab(const Tokenizer& tok, std::vector<int32_t> eog) : tok_(tok), eot_(-1) {
+    if (!eog.empty()) eot_ = eog.front();
+    std::sort(eog.begin(), eog.end());
+    eog_ = std::move(eog);
+  }
+  std::string_view piece(int32_t id) const override {
+    return tok_.is_special(id) ? std::string_view() : tok_.token_bytes(id);
+  }
+  bool is_eog(int32_t id) const override {
+    return std::binary_search(eog_.begin(), eog_.end(), id);
+  }
+  int32_t eot() const override { return eot_; }
+
+ private:
+  const Tokenizer& tok_;
+  std::vector<int32_t> eog_;
+  int32_t eot_;
+};
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -69,14 +93,19 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
   validate(r.sampling);
   EFIM_CHECK(r.heal_bytes.empty() || vocab_index_, "request: token healing needs the engine's ",
              "tokenizer (EngineOptions.tokenizer)");
+  EFIM_CHECK(std::find(r.sampling.chain.begin(), r.sampling.chain.end(), SamplerStage::infill) ==
+                     r.sampling.chain.end() ||
+                 opt_.tokenizer,
+             "request: the infill sampler needs the engine's tokenizer (EngineOptions.tokenizer)");
 
   const RequestId id = next_id_++;
   auto stream = std::make_shared<RequestStream>(id);
   const Clock::time_point now = Clock::now();
   post([this, id, stream, now, r = std::move(r)]() mutable {
     sched_.add(id, r.prompt);
-    Sampler sampler(r.sampling);
-    Live live{std::move(r), stream, std::move(sampler), {}, {}, now, {}, 0, {}};
+    std::unique_ptr<InfillVocab> vocab = infill_vocab(r);
+    Sampler sampler(r.sampling, vocab.get());
+    Live live{std::move(r), stream, std::move(vocab), std::move(sampler), {}, {}, now, {}, 0, {}};
     if (opt_.tokenizer) live.decoder.emplace(*opt_.tokenizer);
     if (!live.request.heal_bytes.empty()) {
       if (live.request.heal_exact)
@@ -89,6 +118,14 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
     live_.emplace(id, std::move(live));
   });
   return stream;
+}
+
+std::unique_ptr<InfillVocab> Engine::infill_vocab(const Request& r) const {
+  const auto& chain = r.sampling.chain;
+  if (std::find(chain.begin(), chain.end(), SamplerStage::infill) == chain.end()) return nullptr;
+  std::vector<int32_t> eog = r.stop_tokens;
+  if (!r.ignore_eos) eog.insert(eog.end(), eos_.begin(), eos_.end());
+  return std::make_unique<RequestVocab>(*opt_.tokenizer, std::move(eog));
 }
 
 void Engine::cancel(RequestId id, FinishReason reason) {
@@ -211,6 +248,7 @@ void Engine::step() {
   }
   advance_coverings();  // dropped probes
   if (plan.empty()) return;
+  if (opt_.before_step) opt_.before_step(plan);
   std::vector<SampledToken> sampled;
   try {
     sampled = runner_.run(plan, sched_,

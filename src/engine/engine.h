@@ -43,6 +43,8 @@ struct EngineOptions {
   // Called on the engine thread after each step's tokens went out (metrics, tests); must not
   // call back into the engine. Tasks posted while it runs take effect before the next step.
   std::function<void(const StepPlan&)> on_step;
+  // Called on the engine thread before a non-empty step runs (tests: a slow prompt).
+  std::function<void(const StepPlan&)> before_step;
   CoveringOptions covering;  // budget of the exact healing variant (Request.heal_exact)
 };
 
@@ -81,6 +83,7 @@ class Engine {
   struct Live {  // a request the engine thread is working on
     Request request;
     std::shared_ptr<RequestStream> stream;
+    std::unique_ptr<InfillVocab> vocab;  // the infill sampler's (a chain with `infill`)
     Sampler sampler;
     std::optional<IncrementalDecoder> decoder;  // with EngineOptions.tokenizer
     RequestResult result;
@@ -112,6 +115,8 @@ class Engine {
   void finish(SeqId id, FinishReason reason, std::string error = {});
   void count_admission(SeqId id);
   bool is_eos(int32_t token) const;
+  // The infill sampler's vocabulary for r (null when its chain has no infill stage).
+  std::unique_ptr<InfillVocab> infill_vocab(const Request& r) const;
 
   Model& model_;
   EngineOptions opt_;

@@ -131,6 +131,8 @@ FimLayout::FimLayout(const Tokenizer& tok, FimFormat format, LayoutOptions opts)
   }
   EFIM_CHECK(opts_.prefix_share > 0.0 && opts_.prefix_share <= 1.0, "infill: prefix_share ",
              opts_.prefix_share, " outside (0, 1]");
+  EFIM_CHECK(opts_.extra_share >= 0.0 && opts_.extra_share <= 1.0, "infill: extra_share ",
+             opts_.extra_share, " outside [0, 1]");
 }
 
 // No SentencePiece dummy prefix: the parts continue each other (the suffix continues the hole,
@@ -210,12 +212,13 @@ void FimLayout::fit(Pieces& pc, size_t max_tokens, FimOrder order) const {
              order_name(order), ")");
   const size_t avail = max_tokens - fixed;  // for extra, prefix and suffix
   const size_t ps = pc.prefix.size() + pc.suffix.size();
-  while (pc.extra_size() + ps > avail && pc.first_chunk < pc.chunks.size()) {
+  const auto extra_cap = static_cast<size_t>(static_cast<double>(max_tokens) * opts_.extra_share);
+  while (pc.first_chunk < pc.chunks.size() && pc.extra_size() > std::min(extra_cap, avail)) {
     ++pc.first_chunk;
     pc.truncated = true;
   }
   if (ps <= avail - pc.extra_size()) return;
-  const size_t left = avail - pc.extra_size();  // 0 extra now
+  const size_t left = avail - pc.extra_size();  // for p and s
   const auto prefix_cap = static_cast<size_t>(static_cast<double>(left) * opts_.prefix_share);
   const size_t prefix_keep =
       std::min(pc.prefix.size(), std::max(prefix_cap, left - std::min(left, pc.suffix.size())));

@@ -38,9 +38,12 @@
 // Budget (max_tokens > 0): bos, sentinels, inc and q are never cut (inc and q sit at the cursor;
 // an EFIM prompt that does not fit is the planner's cue to fall back to PSM). Then, in order:
 // (1) extra chunks are dropped whole from the front (the last chunk, nearest the prefix, goes
-// last; the repo/current-file headers go with the last chunk); (2) p loses its head and s its
-// tail: p may take up to prefix_share (3/4) of what is left, s the rest, and a part that needs
-// less gives its share to the other. Cuts snap to a line boundary when one is within a quarter
+// last; the repo/current-file headers go with the last chunk) until X fits extra_share (1/2)
+// of max_tokens (and what the fixed parts leave), whatever p and s need, as llama.cpp splits
+// its context: X's cap depends on max_tokens and the chunks only, so a request that only sends the chunks (llama.vim's cache warm-up)
+// lays out the same X as the requests that follow with a long p and s; (2) p loses its head
+// and s its tail: p may take up to prefix_share (3/4) of what is left, s the rest, and a part
+// that needs less gives its share to the other. Cuts snap to a line boundary when one is within a quarter
 // of the kept length, and never split a UTF-8 character.
 #pragma once
 
@@ -129,6 +132,7 @@ struct LayoutOptions {
   std::string repo_name = "project";      // after <|repo_name|>
   std::string default_filename = "file";  // current file when FimParts::filename is empty
   double prefix_share = 0.75;             // of the budget left for p and s, in (0, 1]
+  double extra_share = 0.5;               // of max_tokens that extra context may take, [0, 1]
 };
 
 class FimLayout {

@@ -1,6 +1,7 @@
 // POST /v1/completions (OpenAI): plain completion of `prompt`, or an infill when `suffix` is
 // given (planned with the server's infill mode), streamed as SSE or answered at once.
 #include <atomic>
+#include <future>
 #include <ctime>
 
 #include "base/error.h"
@@ -15,6 +16,7 @@ struct CompletionJob {
   Request request;
   std::optional<std::string> suffix;
   std::vector<std::string> stops;
+  int n_choices = 1;  // OpenAI's n
   bool stream = false;
   HealBackoff healing;
 
@@ -24,20 +26,6 @@ struct CompletionJob {
     return *suffix;
   }
 };
-
-std::vector<std::string> parse_stops(const json& body) {
-  auto it = body.find("stop");
-  if (it == body.end() || it->is_null()) return {};
-  if (it->is_string()) return {it->get<std::string>()};
-  EFIM_CHECK(it->is_array(), "field 'stop' must be a string or a list of strings, got ",
-             it->type_name());
-  std::vector<std::string> out;
-  for (const json& s : *it) {
-    EFIM_CHECK(s.is_string(), "field 'stop' must hold strings only, got ", s.type_name());
-    out.push_back(s.get<std::string>());
-  }
-  return out;
-}
 
 // `prompt` is a string (tokenized here, with BOS when the model wants it) or a list of token ids
 // (OpenAI allows it) sent to the engine exactly as given: a client can build its own FIM
@@ -129,6 +117,9 @@ CompletionJob parse_completion(Server::Impl& s, const json& body) {
   job.request.ignore_eos = http::get_bool(body, "ignore_eos").value_or(false);
   job.stream = http::get_bool(body, "stream").value_or(false);
   job.stops = parse_stops(body);
+  job.n_choices = parse_n_choices(body, {"n"});
+  EFIM_CHECK(!job.stream || job.n_choices == 1, "n = ", job.n_choices,
+             " needs stream false (efim streams one choice per request)");
   CompletionPrompt cp = completion_prompt(s, std::move(prompt), job.suffix,
                                           job.request.max_tokens, parse_token_healing(body));
   job.request.prompt = std::move(cp.tokens);
@@ -159,9 +150,12 @@ json usage(const RequestResult& r, size_t prompt_tokens) {
           {"prompt_tokens_details", {{"cached_tokens", r.n_cached}}}};
 }
 
+json choice_item(const std::string& text, const json& finish, int index) {
+  return {{"text", text}, {"index", index}, {"logprobs", nullptr}, {"finish_reason", finish}};
+}
+
 json choice(const std::string& text, const json& finish) {
-  return json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr},
-                       {"finish_reason", finish}}});
+  return json::array({choice_item(text, finish, 0)});
 }
 
 void respond_stream(Server::Impl& s, CompletionJob job, SlotPtr slot, httplib::Response& res) {
@@ -204,25 +198,54 @@ void respond_stream(Server::Impl& s, CompletionJob job, SlotPtr slot, httplib::R
   });
 }
 
+// n > 1: the prompt n times (the prefix cache shares it), choice i seeded seed + i, each read on
+// its own thread; usage sums the completion tokens and counts the prompt once, as OpenAI's.
 void respond_once(Server::Impl& s, CompletionJob job, httplib::Response& res) {
   const size_t n_prompt = job.request.prompt.size();
-  auto stream = s.engine.submit(std::move(job.request));
-  TextFilter filter(job.repeat_suffix(), std::move(job.stops));
-  std::string text;
-  DriveOptions d;
-  d.emit = [&](const std::string& piece) {
-    text += piece;
-    return true;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < job.n_choices; ++i) {
+    Request r = job.request;
+    r.sampling.seed += uint64_t(i);
+    streams.push_back(s.engine.submit(std::move(r)));
+  }
+  struct Out {
+    std::string text;
+    DriveOutcome o;
   };
-  DriveOutcome o = drive(s.engine, *stream, filter, d);
-  if (o.result.finish == FinishReason::error) {
-    res.status = 500;
-    res.set_content(http::error_body(o.result.error, "server_error"), "application/json");
-    return;
+  auto read = [&s, &job](std::shared_ptr<RequestStream> stream) {
+    TextFilter filter(job.repeat_suffix(), job.stops);
+    Out out;
+    DriveOptions d;
+    d.emit = [&](const std::string& piece) {
+      out.text += piece;
+      return true;
+    };
+    out.o = drive(s.engine, *stream, filter, d);
+    return out;
+  };
+  std::vector<std::future<Out>> rest;
+  for (size_t i = 1; i < streams.size(); ++i)
+    rest.push_back(std::async(std::launch::async, read, streams[i]));
+  std::vector<Out> outs;
+  outs.push_back(read(streams[0]));
+  for (auto& f : rest) outs.push_back(f.get());
+  json choices = json::array();
+  size_t n_completion = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i].o.result.finish == FinishReason::error) {
+      res.status = 500;
+      res.set_content(http::error_body(outs[i].o.result.error, "server_error"),
+                      "application/json");
+      return;
+    }
+    choices.push_back(choice_item(outs[i].text, finish_reason(outs[i].o), int(i)));
+    n_completion += outs[i].o.result.tokens.size();
   }
   json j = base_response(s, new_id());
-  j["choices"] = choice(text, finish_reason(o));
-  j["usage"] = usage(o.result, n_prompt);
+  j["choices"] = std::move(choices);
+  j["usage"] = usage(outs[0].o.result, n_prompt);
+  j["usage"]["completion_tokens"] = n_completion;
+  j["usage"]["total_tokens"] = n_prompt + n_completion;
   if (!job.healing.empty()) j["token_healing"] = healing_json(job.healing);
   res.set_content(http::dump(j), "application/json");
 }

@@ -1,6 +1,7 @@
 // The generation driver shared by the routes: stream -> filters -> client, with cancellation.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "base/error.h"
 #include "server/server_impl.h"
@@ -19,9 +20,16 @@ TextFilter::TextFilter(std::optional<std::string_view> infill_suffix,
 TextFilter::Step TextFilter::cut_stops(std::string piece) {
   held_ += piece;
   size_t cut = std::string::npos;
-  for (const auto& s : stops_) cut = std::min(cut, held_.find(s));
+  for (const auto& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at < cut) {
+      cut = at;
+      stopping_word_ = s;
+    }
+  }
   Step out;
   if (cut != std::string::npos) {
+    cut_ = TextCut::stop_string;
     out.text = held_.substr(0, cut);
     out.stop = true;
     held_.clear();
@@ -45,13 +53,15 @@ TextFilter::Step TextFilter::push(std::string_view piece) {
     SuffixRepeatGuard::Step g = guard_->push(text);
     text = std::move(g.text);
     cut = g.stop;
+    if (cut) cut_ = TextCut::suffix_repeat;
   }
   if (indent_) {
     IndentLimit::Step i = indent_->push(text);
     text = std::move(i.text);
+    if (i.stop && !cut) cut_ = TextCut::indent;
     cut = cut || i.stop;
   }
-  Step out = cut_stops(std::move(text));
+  Step out = cut_stops(std::move(text));  // a stop string found here comes before any cut
   if (cut && !out.stop) {
     out.text += held_;  // the text was cut; no stop string can complete any more
     held_.clear();
@@ -74,13 +84,12 @@ std::string TextFilter::finish() {
 DriveOutcome drive(Engine& engine, RequestStream& stream, TextFilter& filter,
                    const DriveOptions& opts) {
   using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
+  std::optional<Clock::time_point> first;  // the first token's arrival (the prompt is done)
   DriveOutcome o;
-  size_t n_tokens = 0;
   for (;;) {
     StreamChunk c = stream.next();
     if (c.empty()) break;
-    n_tokens += c.tokens.size();
+    if (!first && !c.tokens.empty()) first = Clock::now();
     TextFilter::Step s = filter.push(c.text);
     if (!s.text.empty() && !opts.emit(s.text)) {
       o.client_gone = true;
@@ -90,10 +99,15 @@ DriveOutcome drive(Engine& engine, RequestStream& stream, TextFilter& filter,
       o.text_stop = true;
       break;
     }
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    if (opts.time_limit_ms > 0 && n_tokens > 0 && ms.count() >= opts.time_limit_ms) {
-      o.time_stop = true;
-      break;
+    // llama.cpp's t_max_predict_ms: generation time counts from the first token, and the
+    // limit ends the text only at a generated newline (the token that carries it included;
+    // text the filters still hold goes out at the end).
+    if (opts.time_limit_ms > 0 && first && c.text.find('\n') != std::string::npos) {
+      const auto ms = std::chrono::duration<double, std::milli>(Clock::now() - *first);
+      if (ms.count() > double(opts.time_limit_ms)) {
+        o.time_stop = true;
+        break;
+      }
     }
   }
   // A no-op when the request already ended on its own. A stop string ends it as a stop and a
@@ -106,6 +120,8 @@ DriveOutcome drive(Engine& engine, RequestStream& stream, TextFilter& filter,
     std::string tail = filter.finish();
     if (!tail.empty() && !opts.emit(tail)) o.client_gone = true;
   }
+  o.cut = filter.cut();
+  o.stopping_word = o.cut == TextCut::stop_string ? filter.stopping_word() : std::string();
   return o;
 }
 

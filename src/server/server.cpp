@@ -75,19 +75,6 @@ void guarded(httplib::Response& res, const std::function<void()>& body) {
   }
 }
 
-SamplingParams parse_sampling(const http::json& body, int32_t vocab) {
-  SamplingParams p;
-  if (auto v = http::get_number(body, "temperature")) p.temperature = float(*v);
-  if (auto v = http::get_number(body, "top_p")) p.top_p = float(*v);
-  if (auto v = http::get_number(body, "min_p")) p.min_p = float(*v);
-  // llama.cpp clients send top_k up to (and beyond) the vocabulary; more than vocab is "off".
-  if (auto v = http::get_int(body, "top_k", 0, INT64_MAX))
-    p.top_k = int32_t(std::min<int64_t>(*v, vocab));
-  if (auto v = http::get_int(body, "seed", INT64_MIN, INT64_MAX)) p.seed = uint64_t(*v);
-  validate(p);
-  return p;
-}
-
 namespace {
 
 bool authorized(const Server::Impl& s, const httplib::Request& req) {
@@ -140,6 +127,7 @@ Server::Server(Engine& engine, const Tokenizer& tokenizer, int32_t n_ctx,
   add_basic_routes(*impl_);
   add_completion_routes(*impl_);
   add_infill_routes(*impl_);
+  add_llama_routes(*impl_);
   add_metrics_routes(*impl_);
 }
 

@@ -21,6 +21,7 @@ struct ServerOptions {
   int port = 8012;                     // 0: any free port (see Server::bind)
   std::string api_key;                 // empty: no authentication
   std::string model_id = "efim";       // reported by /v1/models and in responses
+  std::string model_path;              // reported by /props (and Ollama's /api/show)
   InfillMode infill_mode = InfillMode::automatic;
   PlannerOptions planner = {};
   // Token healing (infill/healing.h): the mode (efim serve --token-healing) and whether the

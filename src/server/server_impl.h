@@ -94,6 +94,9 @@ struct Server::Impl {
   SlotPtr admit();
 };
 
+// What ended a text early, if a TextFilter did.
+enum class TextCut : uint8_t { none, stop_string, suffix_repeat, indent };
+
 // Text between the engine's chunks and the client: the suffix-repeat rule (infill), the
 // indentation limit (/infill n_indent) and stop strings; each may end generation early.
 class TextFilter {
@@ -107,6 +110,8 @@ class TextFilter {
   };
   Step push(std::string_view piece);
   std::string finish();  // the held-back text at the end of generation
+  TextCut cut() const { return cut_; }
+  const std::string& stopping_word() const { return stopping_word_; }  // the stop string found
 
  private:
   Step cut_stops(std::string piece);
@@ -117,17 +122,23 @@ class TextFilter {
   size_t hold_ = 0;  // bytes a stop string could still need: longest stop - 1
   std::string held_;
   bool stopped_ = false;
+  TextCut cut_ = TextCut::none;
+  std::string stopping_word_;
 };
 
 struct DriveOptions {
   // Sends text to the client; false: the client is gone (the request is cancelled).
   std::function<bool(const std::string&)> emit;
-  int64_t time_limit_ms = 0;  // > 0: stop once a token is out and this much time has passed
+  // > 0: llama.cpp's t_max_predict_ms: once this much time has passed since the first token,
+  // the next text that carries a newline ends generation (after that text).
+  int64_t time_limit_ms = 0;
 };
 
 struct DriveOutcome {
   RequestResult result;
-  bool text_stop = false;   // ended by the filter (stop string / suffix repeat)
+  bool text_stop = false;   // ended by the filter (stop string / suffix repeat / indent)
+  TextCut cut = TextCut::none;
+  std::string stopping_word;
   bool time_stop = false;   // ended by time_limit_ms
   bool client_gone = false;
 };
@@ -140,7 +151,21 @@ DriveOutcome drive(Engine& engine, RequestStream& stream, TextFilter& filter,
 // "stop" / "length" for OpenAI's finish_reason.
 const char* finish_reason(const DriveOutcome& o);
 
+// fields.cpp. Sampling fields (temperature, top_k, top_p, min_p, seed, samplers); refuses the
+// llama.cpp options efim does not implement (check_unimplemented).
 SamplingParams parse_sampling(const http::json& body, int32_t vocab);
+// llama.cpp's `samplers`: names (or a string of letters) in order; empty when absent.
+std::vector<SamplerStage> parse_samplers(const http::json& body);
+// Throws Error for repeat_penalty, frequency/presence_penalty, dry_multiplier, typical_p,
+// xtc_probability, mirostat, dynatemp_range, top_n_sigma set to anything but their off value,
+// and for a non-empty grammar, json_schema, response_format, logit_bias or lora.
+void check_unimplemented(const http::json& body);
+// A stop-string field: a string or a list of strings.
+std::vector<std::string> parse_stops(const http::json& body, const char* field = "stop");
+// Completions per request (OpenAI `n`, llama.cpp `n_cmpl`): the first of `fields` present, in
+// [1, kMaxChoices]; 1 when none is.
+inline constexpr int kMaxChoices = 8;
+int parse_n_choices(const http::json& body, std::initializer_list<const char*> fields);
 
 // Token healing of r.prompt's tail at or after `from` (infill/healing.h; the first token always
 // stays): removes the backed-off tokens, has the engine reproduce their bytes before the answer
@@ -151,8 +176,32 @@ std::optional<bool> parse_token_healing(const http::json& body);
 // The "token_healing" object of a response: what was backed off (zeros when nothing was).
 http::json healing_json(const HealBackoff& h);
 
+// native.cpp: llama.cpp's native generation request and answer (/completion, /infill).
+struct NativeJob {
+  Request request;  // prompt, sampling, max_tokens, stop tokens, ignore_eos
+  std::optional<std::string> suffix;  // infill: the suffix the repeat rule watches
+  std::vector<std::string> stops;
+  int64_t n_indent = 0;       // > 0: a later line indented less ends the text
+  int64_t time_limit_ms = 0;  // t_max_predict_ms
+  int n_choices = 1;          // n_cmpl
+  bool stream = false;
+  bool return_tokens = false;  // the answer lists the generated token ids
+  bool fill_only = false;      // n_predict 0: compute the prompt into the cache, send no text
+  bool truncated = false;      // the prompt was cut to fit the context
+  std::vector<std::string> response_fields;  // non-empty: answer only these "a/b" paths
+  HealBackoff healing;
+  std::string prompt_text;  // echoed as "prompt"
+};
+// Reads the fields /completion and /infill share: t_max_predict_ms, n_indent, stop,
+// return_tokens, n_cmpl (or n), stream, response_fields, cache_prompt, sampling, ignore_eos.
+void parse_native_fields(const Server::Impl& s, const http::json& body, NativeJob& job);
+// Runs the job and answers llama.cpp's final object (a list for n_cmpl > 1), or SSE events
+// {"content", "stop": false} then the final object.
+void respond_native(Server::Impl& s, NativeJob job, SlotPtr slot, httplib::Response& res);
+
 void add_completion_routes(Server::Impl& s);
 void add_infill_routes(Server::Impl& s);
+void add_llama_routes(Server::Impl& s);  // /completion, /props, /tokenize, /detokenize
 void add_metrics_routes(Server::Impl& s);
 
 // Runs a route body, mapping HttpError to its status, Error to 400 and anything else to 500,

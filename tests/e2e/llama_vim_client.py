@@ -18,7 +18,7 @@ so input_prefix grows by a line each round while the suffix stays.
 
 Prompt layouts (src/infill/layout.h; [B] bos, X extra, P/S/M sentinels, q = `prompt`):
   PSM  [B] X P p S s M q          EFIM  [B] X P p0 S s M inc q   (p0 = the anchor's prefix)
-Expected reuse of round k+1 (tokens_cached), with N_k = round k's prompt length:
+Expected reuse of round k+1 (timings/cache_n), with N_k = round k's prompt length:
   efim/auto: >= N_k - n(q_k): round k's whole prompt but its `prompt` tail, suffix included;
              and N_{k+1} = N_k - n(q_k) + n(inc) + n(q_{k+1}) exactly (the anchor is extended);
   psm:       <= N_k - n(q_k) - n(s) - 2: the match ends inside [B] X P p, before the suffix.
@@ -26,7 +26,7 @@ Token counts n(.) come from `efim tokenize` (each piece of user text is tokenize
 Token healing (src/infill/healing.h) removes h_k <= 4 tokens from the end of round k's prompt
 (after M; efim's answer says how many in token_healing/tokens_removed, which the test adds to
 llama.vim's response_fields), so tokens_evaluated = N_k - h_k, and round k+1 may miss at most
-those h_k tokens of round k's prompt: tokens_cached >= N_k - h_k - n(q_k). With HEAL=heal every round is healed
+those h_k tokens of round k's prompt: cache_n >= N_k - h_k - n(q_k). With HEAL=heal every round is healed
 (efim_token_healing_total counts 3 requests) and a plain completion ending inside a word answers
 from the cursor on; with noheal h_k = 0 and the counter stays 0.
 """
@@ -98,7 +98,8 @@ RESPONSE_FIELDS = ["content", "timings/prompt_n", "timings/prompt_ms",
                    "timings/prompt_per_token_ms", "timings/prompt_per_second",
                    "timings/predicted_n", "timings/predicted_ms",
                    "timings/predicted_per_token_ms", "timings/predicted_per_second",
-                   "truncated", "tokens_cached", "token_healing/tokens_removed"]
+                   "truncated", "tokens_cached", "timings/cache_n",
+                   "token_healing/tokens_removed"]
 
 EXTRA = [
     {"text": "def square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n",
@@ -138,8 +139,9 @@ def unflatten(r):
 
 def check_response(status, flat, what):
     """Exactly the response_fields llama.vim asked for (flat keys, as llama.cpp answers), present
-    and consistent; returns them nested, with tokens_evaluated = prompt_n + tokens_cached. A bad
-    response ends the test."""
+    and consistent; returns them nested, with tokens_evaluated = prompt_n + cache_n (cache_n: the
+    prompt tokens reused from the cache; tokens_cached is llama.cpp's n_past, the prompt and the
+    generated tokens fed back). A bad response ends the test."""
     check(status == 200, f"{what}: HTTP 200 (got {status}: {flat})", quiet=True)
     check(sorted(flat) == sorted(RESPONSE_FIELDS),
           f"{what}: answers exactly the response_fields (got {sorted(flat)})", quiet=True)
@@ -153,7 +155,12 @@ def check_response(status, flat, what):
     check(r.get("truncated") is False, f"{what}: not truncated", quiet=True)
     if failures:
         sys.exit(f"{what}: malformed response {flat}")
-    r["tokens_evaluated"] = prompt_n + r["tokens_cached"]
+    r["tokens_evaluated"] = prompt_n + r["timings"]["cache_n"]
+    n_gen = r["timings"]["predicted_n"]
+    check(r["tokens_evaluated"] + n_gen - 1 <= r["tokens_cached"] <= r["tokens_evaluated"] + n_gen,
+          f"{what}: tokens_cached {r['tokens_cached']} is llama.cpp's n_past (prompt "
+          f"{r['tokens_evaluated']} + {n_gen} generated, the last perhaps not fed)", quiet=True)
+    r["reused"] = r["timings"]["cache_n"]
     return r
 
 
@@ -188,13 +195,13 @@ def main():
         r = check_response(status, flat, f"round {k + 1}")
         check(0 <= r["timings"]["predicted_n"] <= N_PREDICT,
               f"round {k + 1}: predicted_n {r['timings']['predicted_n']} <= n_predict", quiet=True)
-        print(f"     round {k + 1}: tokens_evaluated {r['tokens_evaluated']} tokens_cached "
-              f"{r['tokens_cached']} content {r['content']!r}")
+        print(f"     round {k + 1}: tokens_evaluated {r['tokens_evaluated']} cache_n "
+              f"{r['reused']} tokens_cached {r['tokens_cached']} content {r['content']!r}")
         results.append(r)
 
     # 2. The first FIM request reuses the warm-up's [B] X P.
-    check(results[0]["tokens_cached"] >= n_warm - 2,
-          f"round 1 hits the warm-up cache: tokens_cached {results[0]['tokens_cached']} >= "
+    check(results[0]["reused"] >= n_warm - 2,
+          f"round 1 hits the warm-up cache: cache_n {results[0]['reused']} >= "
           f"{n_warm - 2} (warm-up prompt {n_warm} minus its S, M sentinels)")
 
     # 3. Rounds 2 and 3 against the round before. full_k = N_k: round k's prompt before
@@ -209,10 +216,10 @@ def main():
         prev, cur = results[k - 1], results[k]
         (p_prev, q_prev), (p_cur, q_cur) = ROUNDS[k - 1], ROUNDS[k]
         kept = full[k - 1] - n_tokens(q_prev)  # round k's prompt without q
-        cached = cur["tokens_cached"]
+        cached = cur["reused"]
         if MODE in ("auto", "efim"):
             check(cached >= kept - h[k - 1],
-                  f"{MODE} round {k + 1}: tokens_cached {cached} >= {kept - h[k - 1]} (round {k}'s "
+                  f"{MODE} round {k + 1}: cache_n {cached} >= {kept - h[k - 1]} (round {k}'s "
                   f"prompt {full[k - 1]} minus its prompt tail {n_tokens(q_prev)} and its "
                   f"{h[k - 1]} healed tokens; the suffix of {n_s} tokens stays cached)")
             expect = kept + n_tokens(p_cur[len(p_prev):]) + n_tokens(q_cur)
@@ -222,7 +229,7 @@ def main():
         else:
             limit = kept - n_s - 2
             check(0 < cached <= limit,
-                  f"psm round {k + 1}: 0 < tokens_cached {cached} <= {limit}: the match stops "
+                  f"psm round {k + 1}: 0 < cache_n {cached} <= {limit}: the match stops "
                   f"in the prefix, the {n_s}-token suffix after it is recomputed")
             expect = kept - n_tokens(p_prev) + n_tokens(p_cur) + n_tokens(q_cur)
             check(full[k] == expect,

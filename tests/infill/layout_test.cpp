@@ -284,7 +284,7 @@ std::string numbered_lines(const std::string& tag, int n) {
   return s;
 }
 
-TEST(Layout, BudgetDropsExtraFirstThenFarEnds) {
+TEST(Layout, BudgetCapsExtraThenCutsFarEnds) {
   const Tokenizer& tok = efim_tok();
   const FimLayout layout(tok, make_format(tok));
   const std::string prefix = "def f():\n" + numbered_lines("before", 60) + "    x = ";
@@ -297,19 +297,37 @@ TEST(Layout, BudgetDropsExtraFirstThenFarEnds) {
   ASSERT_EQ(full.extra_chunks, 2u);
   const size_t n_a = layout.encode("--- a.py ---\n").size() + layout.encode(extra[0].text).size();
 
-  // Room for everything but the first chunk: it alone goes, p and s stay whole.
-  const FimPrompt minus_a = layout.build(parts, FimOrder::psm, full.tokens.size() - n_a);
-  EXPECT_TRUE(minus_a.truncated);
+  const size_t n_b = layout.encode("--- b.py ---\n").size() + layout.encode(extra[1].text).size();
+  const auto extra_of = [](const FimPrompt& p) {
+    std::vector<int32_t> x;
+    for (const PartRange& r : p.ranges)
+      if (r.part == PromptPart::extra) x.insert(x.end(), p.tokens.begin() + r.begin, p.tokens.begin() + r.end);
+    return x;
+  };
+  // X may take half the budget whatever p and s need: at 2 (n_a + n_b) both chunks stay and
+  // p and s are cut to what is left.
+  const FimPrompt both = layout.build(parts, FimOrder::psm, 2 * (n_a + n_b));
+  EXPECT_TRUE(both.truncated);
+  EXPECT_EQ(both.extra_chunks, 2u);
+  EXPECT_EQ(both.count(PromptPart::extra), n_a + n_b);
+  EXPECT_LT(both.count(PromptPart::prefix), full.count(PromptPart::prefix));
+  // One token less and the first chunk goes; the last one (nearest the prefix) stays.
+  const FimPrompt minus_a = layout.build(parts, FimOrder::psm, 2 * (n_a + n_b) - 1);
   EXPECT_EQ(minus_a.extra_chunks, 1u);
-  EXPECT_EQ(minus_a.count(PromptPart::prefix), full.count(PromptPart::prefix));
-  EXPECT_EQ(minus_a.count(PromptPart::suffix), full.count(PromptPart::suffix));
-  EXPECT_EQ(minus_a.tokens.size(), full.tokens.size() - n_a);
-  // One token less: both chunks go.
-  EXPECT_EQ(layout.build(parts, FimOrder::psm, full.tokens.size() - n_a - 1).extra_chunks, 0u);
+  EXPECT_EQ(minus_a.count(PromptPart::extra), n_b);
+  // X depends on the budget and the chunks only: a request with no prefix or suffix (llama.vim's
+  // warm-up) lays out the same X as the long one, so the long one finds it cached.
+  const FimParts warmup{.extra = extra};
+  for (size_t budget : {2 * (n_a + n_b), 2 * (n_a + n_b) - 1, full.tokens.size()})
+    EXPECT_EQ(extra_of(layout.build(warmup, FimOrder::psm, budget)),
+              extra_of(layout.build(parts, FimOrder::psm, budget)))
+        << budget;
 
   // A tight budget: p keeps its tail, s its head, cut at line boundaries, near 3:1.
   const size_t budget = 200;
-  const FimPrompt cut = layout.build(parts, FimOrder::psm, budget);
+  FimParts local = parts;
+  local.extra = {};
+  const FimPrompt cut = layout.build(local, FimOrder::psm, budget);
   EXPECT_TRUE(cut.truncated);
   EXPECT_LE(cut.tokens.size(), budget);
   EXPECT_EQ(cut.extra_chunks, 0u);

@@ -289,11 +289,11 @@ TEST_F(ServerTest, InfillReanchorsWhenTheAnchorLeftTheCache) {
   post(c, "/infill", req);
   req["input_prefix"] = p1 + "    return";
   json r2 = post(c, "/infill", req);
-  EXPECT_GT(r2["tokens_cached"].get<int>(), 0);
+  EXPECT_GT(r2["timings"]["cache_n"].get<int>(), 0);
   s.engine->clear_cache();
   req["input_prefix"] = p1 + "    return a";
   json r3 = post(c, "/infill", req);
-  EXPECT_EQ(r3["tokens_cached"], 0);
+  EXPECT_EQ(r3["timings"]["cache_n"], 0);
   Metrics m = metrics(c);
   EXPECT_EQ(m.get("efim_infill_requests_total", ",layout=\"psm\",reason=\"miss\""), 1);
   EXPECT_EQ(m.get("efim_infill_requests_total", ",layout=\"efim\",reason=\"hit\""), 1);

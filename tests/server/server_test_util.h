@@ -24,6 +24,7 @@ struct RunOptions {
   InfillMode mode = InfillMode::automatic;
   std::string api_key = {};
   int step_delay_ms = 0;  // > 0 slows every engine step, so a request outlives a client action
+  int prompt_delay_ms = 0;  // > 0 slows each step that admits a request (its prompt) up front
   bool prefix_cache = true;
   int max_requests = 64;
   int32_t n_blocks = 256;
@@ -48,6 +49,10 @@ struct Running {  // one model + engine + server; the server listens on its own 
     if (ro.step_delay_ms > 0)
       eo.on_step = [ms = ro.step_delay_ms](const StepPlan&) {
         std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      };
+    if (ro.prompt_delay_ms > 0)
+      eo.before_step = [ms = ro.prompt_delay_ms](const StepPlan& plan) {
+        if (!plan.admitted.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
       };
     engine = std::make_unique<Engine>(*model, eo);
     ServerOptions so;
