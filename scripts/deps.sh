@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything efim needs to build and test; idempotent.
 #  - Debian packages (build tools and libraries, numpy for the reference forward pass)
-#  - npm test oracles, unpacked with `npm pack` + tar (no install scripts) under .deps/
+#  - npm test oracles, unpacked with `npm pack` + tar (no install scripts) under .deps/, and
+#    the clients with dependencies installed by npm under .deps/npm
 #  - the llama.cpp source bundle shipped in node-llama-cpp, cloned to .deps/llama.cpp
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ DEPS=$ROOT/.deps
 
 APT_PACKAGES=(build-essential cmake pkg-config git libgtest-dev libgmock-dev
   libbenchmark-dev libcli11-dev nlohmann-json3-dev libicu-dev libcpp-httplib-dev python3-numpy
-  libpython3.11-stdlib zlib1g-dev curl gzip libsimde-dev)
+  libpython3.11-stdlib zlib1g-dev curl gzip libsimde-dev chromium)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -49,6 +50,20 @@ for spec in "${NPM_PACKAGES[@]}"; do
   rm -rf "$dest" && mkdir -p "$dest"
   tar xzf "$DEPS/tgz/$tgz" -C "$dest" --strip-components=1
 done
+
+# Clients with runtime dependencies, installed by npm (no install scripts) under .deps/npm:
+# ollama 0.6.3 (the official Ollama client the editor plugins' API is tested with; it needs
+# whatwg-fetch) and puppeteer-core 24.43.1 (drives Debian's chromium in the playground test;
+# the newest major that runs on Node 20).
+NPM_INSTALLED=(ollama@0.6.3 puppeteer-core@24.43.1)
+stamp="$DEPS/npm/.installed"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${NPM_INSTALLED[*]}" ]; then
+  echo "deps: npm install ${NPM_INSTALLED[*]}"
+  mkdir -p "$DEPS/npm"
+  npm install --prefix "$DEPS/npm" --no-save --ignore-scripts --no-audit --no-fund --silent \
+    "${NPM_INSTALLED[@]}"
+  echo "${NPM_INSTALLED[*]}" >"$stamp"
+fi
 
 # llama.cpp sources (headers, vocab GGUFs and expected-id files) from node-llama-cpp's bundle.
 if [ ! -d "$DEPS/llama.cpp/.git" ]; then

@@ -50,6 +50,7 @@ NativeJob parse_infill(Server::Impl& s, const json& body) {
   ir.max_prompt_tokens = size_t(s.n_ctx - reserve);
   InfillPlan p = s.plan_infill(ir);
   job.truncated = p.prompt.truncated;
+  job.plan = {{"layout", order_name(p.prompt.order)}, {"reason", reason_name(p.reason)}};
   job.request.prompt = std::move(p.prompt.tokens);
   job.fill_only = n_predict == 0;
   const int64_t room = s.n_ctx - int64_t(job.request.prompt.size());

@@ -111,6 +111,7 @@ json final_body(const Server::Impl& s, const std::string& content, const DriveOu
             {"tokens_cached", tokens_in_cache(o, job)},
             {"timings", timings(o.result, n_prompt, job.fill_only)},
             {"token_healing", healing_json(job.healing)}};
+  if (!job.plan.is_null()) j["infill"] = job.plan;
   if (o.result.finish == FinishReason::error) j["error"] = {{"message", o.result.error}};
   return j;
 }

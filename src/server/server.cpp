@@ -1,4 +1,5 @@
-// Server lifecycle, authentication and the small routes (/health, /v1/models).
+// Server lifecycle, authentication and the small routes (/, the playground page; /health;
+// /v1/models).
 #include "server/server.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "base/error.h"
+#include "server/playground_html.h"
 #include "server/server_impl.h"
 
 namespace efim {
@@ -78,7 +80,8 @@ void guarded(httplib::Response& res, const std::function<void()>& body) {
 namespace {
 
 bool authorized(const Server::Impl& s, const httplib::Request& req) {
-  if (s.opt.api_key.empty() || req.path == "/health") return true;
+  // The playground page is static; the requests it makes carry the key.
+  if (s.opt.api_key.empty() || req.path == "/health" || req.path == "/") return true;
   return req.get_header_value("Authorization") == "Bearer " + s.opt.api_key;
 }
 
@@ -90,6 +93,9 @@ void add_basic_routes(Server::Impl& s) {
                                      "authentication_error"),
                     "application/json");
     return httplib::Server::HandlerResponse::Handled;
+  });
+  s.http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kPlaygroundHtml, "text/html; charset=utf-8");
   });
   s.http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");

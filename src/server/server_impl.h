@@ -191,6 +191,7 @@ struct NativeJob {
   std::vector<std::string> response_fields;  // non-empty: answer only these "a/b" paths
   HealBackoff healing;
   std::string prompt_text;  // echoed as "prompt"
+  http::json plan;          // infill: {"layout", "reason"} of the plan, answered as "infill"
 };
 // Reads the fields /completion and /infill share: t_max_predict_ms, n_indent, stop,
 // return_tokens, n_cmpl (or n), stream, response_fields, cache_prompt, sampling, ignore_eos.
