@@ -26,6 +26,7 @@ struct ServeArgs {
   int threads = 0;
   int64_t kv_cache_mb = 256;
   bool no_prefix_cache = false;
+  std::string alias;
   ServerOptions server;
 };
 
@@ -83,11 +84,12 @@ void run_serve(ServeArgs& a) {
   EFIM_CHECK(a.heal_variant == "constrained" || a.heal_variant == "exact",
              "--token-healing-variant takes constrained or exact, got '", a.heal_variant, "'");
   a.server.healing.exact = a.heal_variant == "exact";
-  a.server.model_id = model_id(a.model);
+  a.server.model_id = a.alias.empty() ? model_id(a.model) : a.alias;
   a.server.model_path = a.model;
   StopOnSignal signals;
   LoadedModel m = load_model(a.model, a.threads);
   a.server.healing.fragment_trained = m.model->config().fragment_tokenization;
+  a.server.card = model_card(a.model, *m.model);
   EngineOptions eo;
   eo.kv_cache_bytes = a.kv_cache_mb << 20;
   eo.kv.prefix_cache = !a.no_prefix_cache;
@@ -112,7 +114,7 @@ void run_serve(ServeArgs& a) {
 
 void register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
-  auto* cmd = app.add_subcommand("serve", "Serve OpenAI /v1/completions and llama.cpp /infill");
+  auto* cmd = app.add_subcommand("serve", "Serve OpenAI /v1/completions, llama.cpp /infill and /completion, Ollama /api/generate");
   cmd->add_option("model", a->model, "HF folder or .gguf file")->required();
   cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->server.port, "Port (0 = any free one)")->capture_default_str();
@@ -131,6 +133,9 @@ void register_serve(CLI::App& app) {
                   "but its probe sequences cost 13-19% of mean latency under load)")
       ->capture_default_str();
   cmd->add_option("--api-key", a->server.api_key, "Require Authorization: Bearer KEY");
+  cmd->add_option("--alias", a->alias,
+                  "Model name the APIs answer to (default: the file name); e.g. "
+                  "qwen2.5-coder:1.5b for clients configured for Ollama");
   cmd->add_option("--max-requests", a->server.max_concurrent_requests,
                   "Generation requests in flight at most; more get 503")
       ->capture_default_str();

@@ -1,6 +1,10 @@
 #include "app/loaded.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include <fstream>
 #include <memory>
@@ -10,6 +14,7 @@
 #include "base/mmap_file.h"
 #include "base/progress.h"
 #include "format/gguf.h"
+#include "format/safetensors.h"
 
 namespace efim::app {
 
@@ -94,6 +99,60 @@ LoadedModel load_model(const std::string& path, int n_threads) {
   opts.n_threads = n_threads;
   auto model = Model::load(path, opts);
   return LoadedModel{std::move(model), load_tokenizer(path)};
+}
+
+namespace {
+
+// llama.cpp's llama_ftype values (general.file_type) and their names.
+std::string ftype_name(uint64_t ftype) {
+  static const std::map<uint64_t, const char*> kNames = {
+      {0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},
+      {8, "Q5_0"},    {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"},
+      {13, "Q3_K_L"}, {14, "Q4_K_S"}, {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},
+      {18, "Q6_K"},   {25, "IQ4_NL"}, {30, "IQ4_XS"}, {32, "BF16"}};
+  auto it = kNames.find(ftype);
+  return it == kNames.end() ? str("ftype ", ftype) : it->second;
+}
+
+}  // namespace
+
+ModelCard model_card(const std::string& path, const Model& model) {
+  ModelCard card;
+  card.family = std::string(arch_name(model.config().arch));
+  std::error_code ec;
+  const bool gguf = is_gguf_path(path);
+  card.format = gguf ? "gguf" : "safetensors";
+  std::unique_ptr<TensorSource> src;
+  if (gguf) {
+    auto f = std::make_unique<GgufFile>(GgufFile::open(path));
+    if (const GgufValue* t = f->get("general.file_type")) card.quantization = ftype_name(t->as_u64());
+    src = std::move(f);
+  } else {
+    src = SafetensorsFolder::open(path);
+  }
+  // Parameters, and the dtype holding most matrix bytes when the file does not name its type.
+  std::map<DType, uint64_t> bytes;
+  for (const std::string& name : src->tensor_names()) {
+    const auto t = src->find(name);
+    if (!t) continue;
+    card.n_params += t->numel();
+    if (t->shape.size() >= 2) bytes[t->dtype] += t->nbytes;
+  }
+  if (card.quantization.empty() && !bytes.empty()) {
+    auto most = std::max_element(bytes.begin(), bytes.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    for (char c : dtype_name(most->first)) card.quantization += char(std::toupper(uint8_t(c)));
+  }
+  const std::filesystem::path p(path);
+  if (std::filesystem::is_regular_file(p, ec)) {
+    card.file_bytes = int64_t(std::filesystem::file_size(p, ec));
+  } else {
+    for (const auto& e : std::filesystem::directory_iterator(p, ec))
+      if (e.is_regular_file(ec)) card.file_bytes += int64_t(e.file_size(ec));
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) card.modified_unix = int64_t(st.st_mtime);
+  return card;
 }
 
 std::string text_argument(const std::string& text, const std::string& file, const char* what) {

@@ -7,6 +7,7 @@
 
 #include "model/convert.h"
 #include "model/model.h"
+#include "server/server.h"
 #include "tokenizer/tokenizer.h"
 
 namespace efim::app {
@@ -21,6 +22,10 @@ struct LoadedModel {
   Tokenizer tokenizer;
 };
 LoadedModel load_model(const std::string& path, int n_threads);
+
+// What the server says about the model file (Ollama's /api/tags details): format, parameter
+// count, llama.cpp's file type name (general.file_type, else the most common matrix dtype).
+ModelCard model_card(const std::string& path, const Model& model);
 
 // A HF folder (config.json, safetensors, tokenizer.json) as a GGUF with the tokenizer's
 // metadata, matrices as `type` says, with a progress bar when `progress_bar` is set; `extra` may

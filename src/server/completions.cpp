@@ -253,6 +253,13 @@ void respond_once(Server::Impl& s, CompletionJob job, httplib::Response& res) {
 }  // namespace
 
 void add_completion_routes(Server::Impl& s) {
+  // llama.vscode's chat and edit features call this; efim serves code completion only.
+  s.http.Post("/v1/chat/completions", [&s](const httplib::Request&, httplib::Response& res) {
+    guarded(res, [&] {
+      throw Error(str("'", s.opt.model_id, "' has no chat template: efim serves completion "
+                      "and infill (/v1/completions, /infill, /completion, /api/generate)"));
+    });
+  });
   s.http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       SlotPtr slot = s.admit();  // held until the response is complete

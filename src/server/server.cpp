@@ -134,6 +134,7 @@ Server::Server(Engine& engine, const Tokenizer& tokenizer, int32_t n_ctx,
   add_completion_routes(*impl_);
   add_infill_routes(*impl_);
   add_llama_routes(*impl_);
+  add_ollama_routes(*impl_);
   add_metrics_routes(*impl_);
 }
 

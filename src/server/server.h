@@ -16,12 +16,23 @@
 
 namespace efim {
 
+// What /props and Ollama's /api/tags, /api/show and /api/ps say about the served model.
+struct ModelCard {
+  std::string format = "gguf";  // or "safetensors" (a Hugging Face folder)
+  std::string family;           // the architecture: llama, qwen2, qwen3, starcoder2, gemma, ...
+  int64_t n_params = 0;         // elements of all tensors
+  std::string quantization;     // llama.cpp's file type name: Q8_0, Q4_K_M, F16, BF16, ...
+  int64_t file_bytes = 0;
+  int64_t modified_unix = 0;    // the file's mtime, seconds
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8012;                     // 0: any free port (see Server::bind)
   std::string api_key;                 // empty: no authentication
   std::string model_id = "efim";       // reported by /v1/models and in responses
   std::string model_path;              // reported by /props (and Ollama's /api/show)
+  ModelCard card = {};
   InfillMode infill_mode = InfillMode::automatic;
   PlannerOptions planner = {};
   // Token healing (infill/healing.h): the mode (efim serve --token-healing) and whether the

@@ -202,7 +202,8 @@ void respond_native(Server::Impl& s, NativeJob job, SlotPtr slot, httplib::Respo
 
 void add_completion_routes(Server::Impl& s);
 void add_infill_routes(Server::Impl& s);
-void add_llama_routes(Server::Impl& s);  // /completion, /props, /tokenize, /detokenize
+void add_llama_routes(Server::Impl& s);
+void add_ollama_routes(Server::Impl& s);  // /api/generate, /api/tags, /api/show, ...  // /completion, /props, /tokenize, /detokenize
 void add_metrics_routes(Server::Impl& s);
 
 // Runs a route body, mapping HttpError to its status, Error to 400 and anything else to 500,
