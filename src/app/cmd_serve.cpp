@@ -1,4 +1,5 @@
 // `efim serve MODEL`: loads the model, starts the engine and serves HTTP until killed.
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -27,6 +28,8 @@ struct ServeArgs {
   int64_t kv_cache_mb = 256;
   bool no_prefix_cache = false;
   std::string alias;
+  int64_t ctx_size = 0;  // 0: the model's context (or what the KV cache holds)
+  int shutdown_timeout_s = 10;
   ServerOptions server;
 };
 
@@ -36,8 +39,10 @@ std::string model_id(const std::string& path) {
   return p.filename().string();
 }
 
-// SIGINT / SIGTERM stop the server cleanly: the signals are blocked in every thread and a
-// waiter thread turns them into Server::stop() (no work inside a signal handler).
+// SIGINT / SIGTERM stop the server: the signals are blocked in every thread and a waiter
+// thread turns them into Server::stop() (no work inside a signal handler). The first signal
+// stops accepting and lets the requests in flight finish; past the shutdown deadline they are
+// cancelled (each answer ends at once); a second signal exits at once.
 class StopOnSignal {
  public:
   StopOnSignal() {
@@ -46,15 +51,34 @@ class StopOnSignal {
     sigaddset(&set_, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any thread starts: inherited
   }
-  void start(Server& server) {
-    waiter_ = std::thread([this, &server] {
+  void start(Server& server, Engine& engine, int shutdown_timeout_s) {
+    waiter_ = std::thread([this, &server, &engine, shutdown_timeout_s] {
       int sig = 0;
-      sigwait(&set_, &sig);
-      // Repeat until listen() returned: a stop that lands just before the server starts
-      // listening could otherwise be lost (and every later signal is blocked).
+      while (!done_ && (sig = wait_signal()) == 0) {
+      }
+      if (done_) return;
+      std::fprintf(stderr, "efim: signal %d: stopping (in-flight requests get %d s; a second "
+                   "signal exits now)\n", sig, shutdown_timeout_s);
+      const auto first = std::chrono::steady_clock::now();
+      const auto deadline = first + std::chrono::seconds(shutdown_timeout_s);
+      bool cancelled = false;
+      // Repeat stop() until listen() returned: a stop that lands just before the server
+      // starts listening could otherwise be lost.
       while (!done_) {
         server.stop();
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        // A signal within 250 ms of the first is the same stop delivered twice (`timeout`
+        // signals its child and then its process group), not a second request.
+        if (int again = wait_signal();
+            again != 0 && std::chrono::steady_clock::now() - first > std::chrono::milliseconds(250)) {
+          std::fprintf(stderr, "efim: second signal %d: exiting now\n", again);
+          std::_Exit(128 + again);
+        }
+        if (!cancelled && std::chrono::steady_clock::now() >= deadline) {
+          std::fprintf(stderr, "efim: shutdown deadline of %d s passed: cancelling the requests "
+                       "in flight\n", shutdown_timeout_s);
+          engine.cancel_all();
+          cancelled = true;
+        }
       }
     });
   }
@@ -62,18 +86,53 @@ class StopOnSignal {
   void stop() {
     if (!waiter_.joinable()) return;
     done_ = true;
-    pthread_kill(waiter_.native_handle(), SIGTERM);  // wakes it when no signal came
     waiter_.join();
   }
   ~StopOnSignal() { stop(); }
 
  private:
+  // A blocked signal within 50 ms, or 0.
+  int wait_signal() {
+    const timespec wait{0, 50 * 1000 * 1000};
+    const int sig = sigtimedwait(&set_, nullptr, &wait);
+    return sig > 0 ? sig : 0;
+  }
   sigset_t set_;
   std::atomic<bool> done_{false};
   std::thread waiter_;
 };
 
+// The context the server offers: the model's, or --ctx-size, and never more than the KV cache
+// holds (a sequence longer than the cache could never run: it would fail mid-request). A KV
+// cache smaller than the model's context narrows the context with a warning; a --ctx-size it
+// cannot hold is an error that gives the --kv-cache-mb needed.
+int32_t served_context(const ServeArgs& a, const ModelConfig& c, int64_t kv_slots) {
+  const int64_t model_ctx = c.max_position;
+  const int64_t per_token = Engine::kv_bytes_per_token(c);
+  auto mib_for = [&](int64_t tokens) { return (tokens * per_token + (1 << 20) - 1) >> 20; };
+  if (a.ctx_size > 0) {
+    EFIM_CHECK(a.ctx_size <= model_ctx, "--ctx-size ", a.ctx_size,
+               " is over the model's context of ", model_ctx, " tokens");
+    EFIM_CHECK(a.ctx_size <= kv_slots, "--ctx-size ", a.ctx_size, " needs a KV cache of ",
+               mib_for(a.ctx_size), " MiB (", per_token, " bytes per token); --kv-cache-mb ",
+               a.kv_cache_mb, " holds ", kv_slots, " tokens");
+    return int32_t(a.ctx_size);
+  }
+  if (kv_slots >= model_ctx) return int32_t(model_ctx);
+  std::fprintf(stderr,
+               "efim: warning: --kv-cache-mb %lld holds %lld tokens, less than the model's "
+               "context of %lld: serving a context of %lld tokens (--kv-cache-mb %lld holds the "
+               "full context)\n",
+               (long long)a.kv_cache_mb, (long long)kv_slots, (long long)model_ctx,
+               (long long)kv_slots, (long long)mib_for(model_ctx));
+  return int32_t(kv_slots);
+}
+
 void run_serve(ServeArgs& a) {
+  // Large request buffers (a long prompt's JSON, its code points) go to mmap and back to the
+  // system when freed: glibc's default raises this threshold after each such free, after which
+  // they stay in the handler threads' arenas for good.
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
   EFIM_CHECK(a.kv_cache_mb > 0, "--kv-cache-mb must be positive, got ", a.kv_cache_mb);
   EFIM_CHECK(a.server.max_concurrent_requests > 0, "--max-requests must be positive, got ",
              a.server.max_concurrent_requests);
@@ -95,7 +154,8 @@ void run_serve(ServeArgs& a) {
   eo.kv.prefix_cache = !a.no_prefix_cache;
   eo.tokenizer = &m.tokenizer;
   Engine engine(*m.model, eo);
-  Server server(engine, m.tokenizer, int32_t(m.model->config().max_position), a.server);
+  const int32_t n_ctx = served_context(a, m.model->config(), engine.kv_slots());
+  Server server(engine, m.tokenizer, n_ctx, a.server);
   const int port = server.bind();
   std::fprintf(stderr,
                "efim: serving %s on http://%s:%d (infill mode %s, token healing %s%s, prefix "
@@ -104,7 +164,7 @@ void run_serve(ServeArgs& a) {
                a.token_healing.c_str(),
                a.server.healing.fragment_trained ? " (fragment-trained model)" : "",
                a.no_prefix_cache ? "off" : "on");
-  signals.start(server);
+  signals.start(server, engine, a.shutdown_timeout_s);
   server.listen();
   signals.stop();
   std::fprintf(stderr, "efim: server stopped\n");
@@ -120,6 +180,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--port", a->server.port, "Port (0 = any free one)")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "Threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "K/V cache memory in MiB")
+      ->capture_default_str();
+  cmd->add_option("-c,--ctx-size", a->ctx_size,
+                  "Context in tokens (0: the model's, or what the K/V cache holds)")
       ->capture_default_str();
   cmd->add_option("--infill-mode", a->infill_mode, "psm, spm, efim or auto")
       ->capture_default_str();
@@ -141,6 +204,13 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--reanchor-tokens", a->server.planner.reanchor_inc_tokens,
                   "auto mode: typed tokens after the middle sentinel before a fresh PSM anchor")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s,
+                  "Seconds in-flight requests get after SIGTERM before they are cancelled")
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", a->server.write_timeout_s,
+                  "Seconds a client may stop reading before it is dropped (and its request "
+                  "cancelled)")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache,
                 "Compute every prompt in full (baseline for measuring prefix reuse)");

@@ -10,7 +10,7 @@ namespace {
 
 // Bytes of K/V one block holds: K and V, f32, every layer.
 int64_t bytes_per_block(const ModelConfig& c, int32_t block_size) {
-  return 2 * c.n_layers * c.kv_dim() * int64_t(sizeof(float)) * block_size;
+  return Engine::kv_bytes_per_token(c) * block_size;
 }
 
 KvOptions resolve_kv(const ModelConfig& c, const EngineOptions& o) {
@@ -64,11 +64,16 @@ Engine::Engine(Model& model, const EngineOptions& options)
       eos_(resolve_eos(model.config(), options)),
       vocab_index_(options.tokenizer ? std::make_unique<VocabIndex>(*options.tokenizer) : nullptr),
       kv_(resolve_kv(model.config(), options)),
+      kv_slots_(int64_t(kv_.stats().total_blocks) * kv_.block_size()),
       cache_(model.config().n_layers, int64_t(kv_.stats().total_blocks) * kv_.block_size(),
              model.config().kv_dim()),
       sched_(options.scheduler, kv_),
       runner_(model, cache_),
       thread_([this] { loop(); }) {}
+
+int64_t Engine::kv_bytes_per_token(const ModelConfig& c) {
+  return 2 * c.n_layers * c.kv_dim() * int64_t(sizeof(float));
+}
 
 Engine::~Engine() {
   {
@@ -87,6 +92,10 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
                r.prompt[i], " outside the vocabulary [0, ", c.vocab, ")");
   }
   EFIM_CHECK(r.max_tokens > 0, "request: max_tokens must be positive, got ", r.max_tokens);
+  EFIM_CHECK(int64_t(r.prompt.size()) + r.max_tokens <= kv_slots_, "request: prompt of ",
+             r.prompt.size(), " tokens + max_tokens ", r.max_tokens, " need ",
+             int64_t(r.prompt.size()) + r.max_tokens, " KV cache slots, but the cache holds ",
+             kv_slots_, " (efim serve --kv-cache-mb)");
   EFIM_CHECK(int64_t(r.prompt.size()) + r.max_tokens <= c.max_position, "request: prompt of ",
              r.prompt.size(), " tokens + max_tokens ", r.max_tokens,
              " exceed the model context of ", c.max_position);
@@ -134,6 +143,15 @@ void Engine::cancel(RequestId id, FinishReason reason) {
              "Engine::cancel: reason must be cancelled, stop or length, got ", to_string(reason));
   post([this, id, reason] {
     if (live_.contains(id)) finish(id, reason);
+  });
+}
+
+void Engine::cancel_all() {
+  post([this] {
+    std::vector<SeqId> ids;
+    for (const auto& [id, live] : live_) ids.push_back(id);
+    for (SeqId id : ids)
+      if (live_.contains(id)) finish(id, FinishReason::cancelled);
   });
 }
 

@@ -64,6 +64,13 @@ class Engine {
   // finish: cancelled by default; a caller that ended it for a rule of its own (a stop string,
   // a time limit) says stop or length, so the metrics count it as such.
   void cancel(RequestId id, FinishReason reason = FinishReason::cancelled);
+  // Any thread: ends every request in flight as cancelled (a shutdown past its deadline).
+  void cancel_all();
+
+  // Tokens the KV cache holds in all (blocks x block size): no sequence is longer. Any thread.
+  int64_t kv_slots() const { return kv_slots_; }
+  // KV cache bytes per token of `c` (K and V of every layer, f32).
+  static int64_t kv_bytes_per_token(const ModelConfig& c);
 
   // Any thread; run on the engine thread between steps and wait for it (up to one step).
   KvStats kv_stats();
@@ -123,6 +130,7 @@ class Engine {
   std::vector<int32_t> eos_;
   std::unique_ptr<const VocabIndex> vocab_index_;  // with a tokenizer
   KvManager kv_;
+  int64_t kv_slots_ = 0;
   KvCache cache_;
   Scheduler sched_;
   Runner runner_;

@@ -208,7 +208,7 @@ void FimLayout::fit(Pieces& pc, size_t max_tokens, FimOrder order) const {
   const size_t fixed = (fmt_.bos >= 0 ? 1 : 0) + 3 + pc.inc.size() + pc.prompt.size();
   EFIM_CHECK(fixed <= max_tokens, "infill: the prompt needs at least ", fixed,
              " tokens (sentinels ", 3 + (fmt_.bos >= 0 ? 1 : 0), ", inc ", pc.inc.size(),
-             ", prompt ", pc.prompt.size(), ") but max_tokens is ", max_tokens, " (order ",
+             ", prompt ", pc.prompt.size(), ") but the prompt budget is ", max_tokens, " (order ",
              order_name(order), ")");
   const size_t avail = max_tokens - fixed;  // for extra, prefix and suffix
   const size_t ps = pc.prefix.size() + pc.suffix.size();

@@ -83,6 +83,7 @@ CompletionPrompt completion_prompt(Server::Impl& s, PromptField prompt,
   if (!suffix) {
     EncodeOptions eo;
     eo.add_bos = s.tok.add_bos_default();
+    s.check_prompt_bytes(prompt.text->size(), "prompt");
     out.tokens = s.tok.encode(*prompt.text, eo);
     if (heal_plain(s.opt.healing, token_healing, *prompt.text)) out.heal_from = eo.add_bos ? 1 : 0;
     return out;
@@ -91,7 +92,7 @@ CompletionPrompt completion_prompt(Server::Impl& s, PromptField prompt,
   ir.prefix = *prompt.text;
   ir.suffix = *suffix;
   ir.max_prompt_tokens = size_t(s.n_ctx - max_tokens);
-  InfillPlan plan = s.plan_infill(ir);
+  InfillPlan plan = s.plan_infill(ir, "max_tokens", max_tokens);
   out.tokens = std::move(plan.prompt.tokens);
   if (heal_infill(s.opt.healing, token_healing)) out.heal_from = plan.prompt.middle_end;
   return out;
@@ -106,9 +107,26 @@ void check_model(const Server::Impl& s, const json& body) {
                   "invalid_request_error", "model_not_found");
 }
 
+// OpenAI fields efim does not implement: a 400 naming the field unless at its no-op value
+// (presence/frequency_penalty are refused by parse_sampling).
+void refuse_openai_unimplemented(const json& body) {
+  if (auto it = body.find("logprobs"); it != body.end() && !it->is_null()) {
+    const bool off = (it->is_boolean() && !it->get<bool>()) ||
+                     (it->is_number_integer() && it->get<int64_t>() == 0);
+    EFIM_CHECK(off, "field 'logprobs' = ", it->dump(), " is not supported by efim (no token "
+               "log-probabilities); leave it out");
+  }
+  EFIM_CHECK(!http::get_bool(body, "echo").value_or(false),
+             "field 'echo' = true is not supported by efim; leave it out");
+  if (auto v = http::get_int(body, "best_of", 1, INT64_MAX); v && *v != 1)
+    throw Error(str("field 'best_of' = ", *v, " is not supported by efim (only 1); use 'n' for "
+                    "several completions"));
+}
+
 CompletionJob parse_completion(Server::Impl& s, const json& body) {
   CompletionJob job;
   check_model(s, body);
+  refuse_openai_unimplemented(body);
   job.suffix = http::get_string(body, "suffix");
   PromptField prompt = parse_prompt(body, s.tok.vocab_size(), job.suffix.has_value());
   job.request.max_tokens =

@@ -48,7 +48,7 @@ NativeJob parse_infill(Server::Impl& s, const json& body) {
   ir.prompt = prompt;
   ir.extra = extra;
   ir.max_prompt_tokens = size_t(s.n_ctx - reserve);
-  InfillPlan p = s.plan_infill(ir);
+  InfillPlan p = s.plan_infill(ir, "n_predict", n_predict);
   job.truncated = p.prompt.truncated;
   job.plan = {{"layout", order_name(p.prompt.order)}, {"reason", reason_name(p.reason)}};
   job.request.prompt = std::move(p.prompt.tokens);

@@ -63,6 +63,11 @@ NativeJob parse_completion_native(Server::Impl& s, const json& body) {
   NativeJob job;
   parse_native_fields(s, body, job);
   const bool text = it->is_string();
+  size_t text_bytes = it->is_string() ? it->get_ref<const std::string&>().size() : 0;
+  if (it->is_array())
+    for (const json& x : *it)
+      if (x.is_string()) text_bytes += x.get_ref<const std::string&>().size();
+  s.check_prompt_bytes(text_bytes, "prompt");
   job.request.prompt = tokenize_mixed(s.tok, *it, s.tok.add_bos_default(), true, "prompt");
   EFIM_CHECK(!job.request.prompt.empty(), "field 'prompt' is empty");
   if (text) job.prompt_text = it->get<std::string>();

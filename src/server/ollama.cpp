@@ -278,7 +278,7 @@ GenerateJob parse_generate(Server::Impl& s, const json& body, std::optional<doub
     ir.prefix = prompt;
     ir.suffix = suffix;
     ir.max_prompt_tokens = size_t(std::max<int64_t>(1, n_ctx - reserve));
-    InfillPlan p = s.plan_infill(ir);
+    InfillPlan p = s.plan_infill(ir, "options.num_predict", o.num_predict);
     job.request.prompt = std::move(p.prompt.tokens);
     job.request.stop_tokens = s.infill_stops;
     if (heal_infill(s.opt.healing, std::nullopt))
@@ -289,6 +289,7 @@ GenerateJob parse_generate(Server::Impl& s, const json& body, std::optional<doub
     EncodeOptions eo;
     eo.parse_special = true;
     eo.add_bos = s.tok.add_bos_default();
+    s.check_prompt_bytes(prompt.size(), "prompt");
     job.request.prompt = s.tok.encode(prompt, eo);
     if (heal_plain(s.opt.healing, std::nullopt, prompt)) job.healing_from = eo.add_bos ? 1 : 0;
   }

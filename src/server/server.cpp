@@ -16,6 +16,8 @@ namespace efim {
 
 Server::Impl::Impl(Engine& e, const Tokenizer& t, int32_t ctx, const ServerOptions& o)
     : engine(e), tok(t), n_ctx(ctx), opt(o) {
+  for (int32_t id = 0; id < tok.vocab_size(); ++id)
+    max_token_bytes = std::max(max_token_bytes, tok.token_bytes(id).size());
   try {
     layout = std::make_unique<FimLayout>(tok, make_format(tok));
     planner = std::make_unique<InfillPlanner>(*layout, opt.planner);
@@ -27,8 +29,57 @@ Server::Impl::Impl(Engine& e, const Tokenizer& t, int32_t ctx, const ServerOptio
 
 // The planner asks the engine how much of an anchor is cached (auto mode re-anchors when its
 // suffix left the cache); the one ask per plan waits for the engine's current step to end.
-InfillPlan Server::Impl::plan_infill(InfillRequest req) {
+void Server::Impl::check_prompt_bytes(size_t bytes, const char* field) const {
+  if (bytes <= max_text_bytes()) return;
+  throw HttpError(413,
+                  str("field '", field, "' of ", bytes, " bytes cannot fit the context of ", n_ctx,
+                      " tokens (at most ", max_token_bytes, " bytes per token: ",
+                      max_text_bytes(), " bytes)"),
+                  "invalid_request_error", "prompt_too_long");
+}
+
+namespace {
+
+// The prefix's last `limit` bytes or more, starting at a line (an editor's whole file before the
+// cursor is cut before tokenizing). The cut moves in steps of limit / 2 as the prefix grows, so a
+// user typing at the end keeps the same cut for a while (and EFIM can extend the last prompt).
+std::string_view cut_prefix(std::string_view p, size_t limit) {
+  if (p.size() <= limit) return p;
+  const size_t step = std::max<size_t>(1, limit / 2);
+  size_t at = (p.size() - limit) / step * step;
+  const size_t nl = p.find('\n', at);
+  at = nl == std::string_view::npos ? at : nl + 1;
+  while (at < p.size() && (uint8_t(p[at]) & 0xC0) == 0x80) ++at;  // not inside a character
+  return p.substr(at);
+}
+
+// The suffix's first `limit` bytes, ending after a line.
+std::string_view cut_suffix(std::string_view s, size_t limit) {
+  if (s.size() <= limit) return s;
+  size_t end = s.rfind('\n', limit);
+  end = end == std::string_view::npos ? limit : end + 1;
+  while (end > 0 && end < s.size() && (uint8_t(s[end]) & 0xC0) == 0x80) --end;
+  return s.substr(0, end);
+}
+
+}  // namespace
+
+InfillPlan Server::Impl::plan_infill(InfillRequest req, const char* reserved_by,
+                                     int64_t reserved) {
   EFIM_CHECK(planner, infill_error);
+  req.prefix = cut_prefix(req.prefix, max_text_bytes());
+  req.suffix = cut_suffix(req.suffix, max_text_bytes());
+  if (req.prompt.size() > max_text_bytes()) check_prompt_bytes(req.prompt.size(), "prompt");
+  try {
+    return plan_infill_locked(req);
+  } catch (const Error& e) {
+    if (*reserved_by == '\0') throw;
+    throw Error(str(reserved_by, " = ", reserved, " leaves ", req.max_prompt_tokens, " of the ",
+                    n_ctx, "-token context for the prompt: ", e.what()));
+  }
+}
+
+InfillPlan Server::Impl::plan_infill_locked(InfillRequest req) {
   req.mode = opt.infill_mode;
   std::lock_guard<std::mutex> lock(planner_mu);
   req.cached = [this](TokenSeqs seqs) {
@@ -118,6 +169,8 @@ Server::Server(Engine& engine, const Tokenizer& tokenizer, int32_t n_ctx,
              opts.max_concurrent_requests);
   Impl& s = *impl_;
   s.http.set_payload_max_length(opts.max_body_bytes);
+  s.http.set_write_timeout(opts.write_timeout_s, 0);
+  s.http.set_read_timeout(opts.read_timeout_s, 0);
   // One handler thread per request in flight (a streamed response holds its thread), plus a
   // few for /health and /metrics; httplib's default pool (8 threads) would queue the rest.
   const size_t n_threads = size_t(opts.max_concurrent_requests) + 8;
@@ -125,11 +178,37 @@ Server::Server(Engine& engine, const Tokenizer& tokenizer, int32_t n_ctx,
   // Remember the socket to raise its backlog after bind (Debian's compiled httplib listens
   // with a backlog of 5: a burst of editors connecting at once got resets). Replacing the
   // default options means setting SO_REUSEADDR here, as httplib's default does.
+  // The accepted connections inherit a bounded send buffer (64 KiB, which the kernel doubles):
+  // a client that stops reading holds that much kernel memory, and its writes block (then time
+  // out, see write_timeout_s) after ~128 KiB of stream instead of after megabytes.
   s.http.set_socket_options([&s](socket_t fd) {
     int yes = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    int sndbuf = 64 << 10;
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     s.listen_fd = fd;
   });
+  // Statuses httplib answers itself (413 over max_body_bytes, 404 no route, 400 unparsable
+  // HTTP) get the JSON error body of the API the path belongs to.
+  s.http.set_error_handler(httplib::Server::HandlerWithResponse(
+      [&s](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    std::string msg;
+    if (res.status == 413)
+      msg = str("request body of ", req.get_header_value("Content-Length"),
+                " bytes is over the limit of ", s.opt.max_body_bytes, " bytes");
+    else if (res.status == 404)
+      msg = str("no route ", req.method, " ", req.path);
+    else
+      msg = str("HTTP ", res.status);
+    if (req.path.rfind("/api/", 0) == 0)
+      res.set_content(http::dump(http::json{{"error", msg}}), "application/json; charset=utf-8");
+    else
+      res.set_content(http::error_body(msg, res.status == 404 ? "not_found_error"
+                                                              : "invalid_request_error"),
+                      "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  }));
   add_basic_routes(*impl_);
   add_completion_routes(*impl_);
   add_infill_routes(*impl_);

@@ -39,6 +39,8 @@ struct ServerOptions {
   // model declares fragment-tokenized training (auto then leaves its EFIM plans alone).
   HealPolicy healing = {};
   size_t max_body_bytes = 16u << 20;  // larger request bodies get 413
+  int write_timeout_s = 10;  // a client that reads nothing this long is dropped
+  int read_timeout_s = 10;   // a client that sends nothing this long is dropped
   // Generation requests (completions, infill) in flight at most; one more answers 503.
   int max_concurrent_requests = 64;
 };

@@ -87,9 +87,19 @@ struct Server::Impl {
   std::atomic<bool> stopping{false};   // stop() came, perhaps before listen()
 
   Impl(Engine& e, const Tokenizer& t, int32_t ctx, const ServerOptions& o);
-  // Plans an infill prompt (thread-safe); throws Error without FIM support.
-  InfillPlan plan_infill(InfillRequest req);
+  // Plans an infill prompt (thread-safe); throws Error without FIM support. `reserved_by`
+  // names the client's field that decided how much of the context the completion keeps (its
+  // value `reserved`): an error for a prompt that cannot fit names it.
+  InfillPlan plan_infill(InfillRequest req, const char* reserved_by = "", int64_t reserved = 0);
+  InfillPlan plan_infill_locked(InfillRequest req);  // plan_infill without the error context
   InfillCounts infill_snapshot();
+  // A text this long can never fit the context: more bytes than n_ctx tokens of the longest
+  // token hold. Plain prompts over it get 413 before they are tokenized (check_prompt_bytes);
+  // infill prefixes and suffixes are cut to it at a line boundary first (the layout then trims
+  // by tokens), so no request tokenizes more than a context's worth of text.
+  size_t max_text_bytes() const { return size_t(n_ctx) * max_token_bytes; }
+  void check_prompt_bytes(size_t bytes, const char* field) const;
+  size_t max_token_bytes = 1;
   // A place for one more generation request; throws HttpError 503 when all are taken.
   SlotPtr admit();
 };

@@ -219,8 +219,19 @@ const PreFamily* find_pre_family(const std::vector<PreStep>& steps, bool nfc) {
 
 void PreTokenizer::split(std::string_view text, std::vector<Piece>& out) const {
   if (text.empty()) return;
+  // Reused across calls (no allocation per piece of text), but a large text must not leave its
+  // buffers behind in every handler thread that ever split one: past kKeepCodePoints they are
+  // released when the call returns, so a thread keeps at most ~2 MB here.
+  constexpr size_t kKeepCodePoints = size_t(1) << 16;
   thread_local CodePoints t;
   thread_local std::vector<Span> cur, next;
+  struct ReleaseLarge {
+    ~ReleaseLarge() {
+      if (t.cps.capacity() > kKeepCodePoints) t = CodePoints{};
+      if (cur.capacity() > kKeepCodePoints) cur = {};
+      if (next.capacity() > kKeepCodePoints) next = {};
+    }
+  } release;
   unicode::decode(text, t);
   cur.assign(1, Span{0, t.cps.size()});
   for (PreStep step : steps_) {

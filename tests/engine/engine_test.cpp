@@ -365,18 +365,21 @@ TEST_F(EngineTest, StopAndEosTokensEndGeneration) {
   EXPECT_EQ(ri.tokens, ref);
 }
 
-TEST_F(EngineTest, SequenceOutgrowingTheWholeCacheEndsWithAnError) {
+TEST_F(EngineTest, SequenceTheWholeCacheCannotHoldIsRefusedAtSubmit) {
   Engine e(*model_, options(512, 2, 4));  // 8 slots
-  Request r = greedy(prompt(6, 19), 10);
-  RequestResult res = e.submit(r)->wait();
-  EXPECT_EQ(res.finish, FinishReason::error);
-  EXPECT_NE(res.error.find("exceeds the KV cache of 8 slots"), std::string::npos) << res.error;
-  // Tokens 7 and 8 fit; the 3rd sampled token would be the 9th position.
-  EXPECT_EQ(res.tokens, reference(r.prompt, 3));
+  EXPECT_EQ(e.kv_slots(), 8);
+  try {
+    e.submit(greedy(prompt(6, 19), 10));
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("need 16 KV cache slots, but the cache holds 8"),
+              std::string::npos)
+        << err.what();
+  }
   EXPECT_EQ(e.kv_stats().used_blocks, 0);
-  // The engine keeps serving.
-  RequestResult ok = e.submit(greedy(prompt(4, 20), 3))->wait();
-  EXPECT_EQ(ok.tokens, reference(prompt(4, 20), 3));
+  // A sequence that fits exactly runs; the engine keeps serving.
+  RequestResult ok = e.submit(greedy(prompt(4, 20), 4))->wait();
+  EXPECT_EQ(ok.tokens, reference(prompt(4, 20), 4));
 }
 
 TEST_F(EngineTest, InvalidRequestsThrowWithTheOffendingValue) {

@@ -392,7 +392,7 @@ TEST(Layout, BudgetTooSmallForTheFixedPartsIsAClearError) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("max_tokens is 4"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the prompt budget is 4"), std::string::npos) << msg;
     EXPECT_NE(msg.find("prompt"), std::string::npos) << msg;
   }
 }

@@ -1,0 +1,127 @@
+// Hostile and mistaken requests (issue: reliability under hostile load): bodies over the limit
+// get 413 with the JSON error, texts no context can hold are refused before tokenizing (or cut,
+// for an infill's prefix and suffix), a request the KV cache can never hold is a 400 with the
+// numbers, OpenAI fields efim does not implement are refused by name, and an infill that
+// leaves no room names the client's field.
+#include <gtest/gtest.h>
+
+#include "server_test_util.h"
+
+namespace efim {
+namespace {
+
+using namespace servertest;
+
+std::string error_message(const std::string& body) {
+  json j = json::parse(body);
+  return j["error"].is_object() ? j["error"]["message"].get<std::string>()
+                                : j["error"].get<std::string>();
+}
+
+TEST_F(ServerTest, BodyOverTheLimitGets413WithTheJsonError) {
+  Running s(dir_->path());
+  auto c = s.client();
+  const std::string big(17u << 20, 'x');  // over the 16 MiB default
+  auto r = c.Post("/v1/completions", "{\"prompt\": \"" + big + "\"}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_NE(error_message(r->body).find("over the limit of 16777216 bytes"), std::string::npos)
+      << r->body;
+  r = c.Post("/api/generate", "{\"prompt\": \"" + big + "\"}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_TRUE(json::parse(r->body)["error"].is_string()) << "Ollama's error shape under /api/";
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto none = c.Get("/no/such/route");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 404);
+  EXPECT_NE(error_message(none->body).find("no route GET /no/such/route"), std::string::npos);
+}
+
+TEST_F(ServerTest, TextNoContextCanHoldIsRefusedOrCutBeforeTokenizing) {
+  Running s(dir_->path());
+  auto c = s.client();
+  const std::string line = "value = compute(value, 1)\n";
+  std::string huge;
+  while (huge.size() < (2u << 20)) huge += line;  // 2 MB
+  for (const char* path : {"/v1/completions", "/completion"}) {
+    auto r = c.Post(path, json({{"prompt", huge}, {"max_tokens", 2}}).dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413) << path;
+    EXPECT_NE(error_message(r->body).find("cannot fit the context of 128 tokens"),
+              std::string::npos)
+        << r->body;
+  }
+  auto r = c.Post("/api/generate", json({{"model", "tiny"}, {"prompt", huge}}).dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  // An editor's whole file before the cursor is an infill prefix: cut, then trimmed by tokens.
+  json ok = post(c, "/infill", {{"input_prefix", huge}, {"input_suffix", huge}, {"n_predict", 2}});
+  EXPECT_EQ(ok["truncated"], true);
+  EXPECT_LE(ok["tokens_evaluated"].get<int>(), 128);
+}
+
+TEST_F(ServerTest, RequestTheKvCacheCanNeverHoldIs400WithTheNumbers) {
+  // 16 blocks of 2 tokens: 32 slots, less than the model's 128-token context.
+  Running s(dir_->path(), {.n_blocks = 16});
+  auto c = s.client();
+  auto r = c.Post("/v1/completions",
+                  json({{"prompt", std::vector<int32_t>(30, 7)}, {"max_tokens", 10}}).dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(error_message(r->body).find("need 40 KV cache slots, but the cache holds 32"),
+            std::string::npos)
+      << r->body;
+  post(c, "/v1/completions", {{"prompt", std::vector<int32_t>(20, 7)}, {"max_tokens", 10}});
+}
+
+TEST_F(ServerTest, UnimplementedOpenAiFieldsAreRefusedByName) {
+  Running s(dir_->path());
+  auto c = s.client();
+  const json base = {{"prompt", "def"}, {"max_tokens", 2}};
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, json>>{{"logprobs", 5},
+                                                 {"echo", true},
+                                                 {"best_of", 3},
+                                                 {"presence_penalty", 0.5},
+                                                 {"frequency_penalty", 1.0},
+                                                 {"logit_bias", {{"5", 10}}}}) {
+    json b = base;
+    b[field] = value;
+    auto r = c.Post("/v1/completions", b.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << field;
+    EXPECT_NE(error_message(r->body).find("'" + field + "'"), std::string::npos) << r->body;
+  }
+  // Their off values are fine, and n: 3 gives three choices.
+  json b = base;
+  b["logprobs"] = nullptr;
+  b["echo"] = false;
+  b["best_of"] = 1;
+  b["presence_penalty"] = 0;
+  b["n"] = 3;
+  json three = post(c, "/v1/completions", b);
+  EXPECT_EQ(three["choices"].size(), 3u);
+}
+
+TEST_F(ServerTest, InfillThatLeavesNoRoomNamesTheClientsField) {
+  Running s(dir_->path());
+  auto c = s.client();
+  auto r = c.Post("/v1/completions",
+                  json({{"prompt", "def f():\n"}, {"suffix", "\n"}, {"max_tokens", 127}}).dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  const std::string m = error_message(r->body);
+  EXPECT_NE(m.find("max_tokens = 127 leaves 1 of the 128-token context for the prompt"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("max_tokens is"), std::string::npos) << "the budget is not called max_tokens";
+}
+
+}  // namespace
+}  // namespace efim
