@@ -212,6 +212,15 @@ void register_serve(CLI::App& app) {
                   "Seconds a client may stop reading before it is dropped (and its request "
                   "cancelled)")
       ->capture_default_str();
+  cmd->add_option("--request-timeout", a->server.read_timeout_s,
+                  "Seconds a request may take to arrive whole (slow clients are closed with 408)")
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout", a->server.idle_timeout_s,
+                  "Seconds a keep-alive connection may idle between requests")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", a->server.max_connections,
+                  "Open connections at most; one more gets 503")
+      ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache,
                 "Compute every prompt in full (baseline for measuring prefix reuse)");
   cmd->callback([a] { run_serve(*a); });

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <ctime>
 
-#include <sys/socket.h>
 
 #include "base/error.h"
 #include "server/playground_html.h"
@@ -169,25 +168,22 @@ Server::Server(Engine& engine, const Tokenizer& tokenizer, int32_t n_ctx,
              opts.max_concurrent_requests);
   Impl& s = *impl_;
   s.http.set_payload_max_length(opts.max_body_bytes);
-  s.http.set_write_timeout(opts.write_timeout_s, 0);
-  s.http.set_read_timeout(opts.read_timeout_s, 0);
-  // One handler thread per request in flight (a streamed response holds its thread), plus a
-  // few for /health and /metrics; httplib's default pool (8 threads) would queue the rest.
-  const size_t n_threads = size_t(opts.max_concurrent_requests) + 8;
-  s.http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
-  // Remember the socket to raise its backlog after bind (Debian's compiled httplib listens
-  // with a backlog of 5: a burst of editors connecting at once got resets). Replacing the
-  // default options means setting SO_REUSEADDR here, as httplib's default does.
-  // The accepted connections inherit a bounded send buffer (64 KiB, which the kernel doubles):
-  // a client that stops reading holds that much kernel memory, and its writes block (then time
-  // out, see write_timeout_s) after ~128 KiB of stream instead of after megabytes.
-  s.http.set_socket_options([&s](socket_t fd) {
-    int yes = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    int sndbuf = 64 << 10;
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
-    s.listen_fd = fd;
-  });
+  // The gate owns the connections and buffers each request whole: a handler thread (one per
+  // generation request in flight, plus a few for /health and /metrics) only ever runs a complete
+  // request, so slow or idle clients cannot take them.
+  GateOptions g;
+  g.n_handlers = opts.max_concurrent_requests + 8;
+  g.max_connections = opts.max_connections;
+  g.request_timeout_s = opts.read_timeout_s;
+  g.idle_timeout_s = opts.idle_timeout_s;
+  g.write_timeout_s = opts.write_timeout_s;
+  g.max_body_bytes = opts.max_body_bytes;
+  g.error_body = [](int status, const std::string& path, const std::string& message) {
+    if (path.rfind("/api/", 0) == 0) return http::dump(http::json{{"error", message}});
+    return http::error_body(message, status == 503 ? "server_overloaded"
+                                                   : "invalid_request_error");
+  };
+  s.gate = std::make_unique<Gate>(s.http, std::move(g));
   // Statuses httplib answers itself (413 over max_body_bytes, 404 no route, 400 unparsable
   // HTTP) get the JSON error body of the API the path belongs to.
   s.http.set_error_handler(httplib::Server::HandlerWithResponse(
@@ -221,30 +217,16 @@ Server::~Server() { stop(); }
 
 int Server::bind() {
   Impl& s = *impl_;
-  if (s.opt.port == 0) {
-    s.bound_port = s.http.bind_to_any_port(s.opt.host);
-    EFIM_CHECK(s.bound_port > 0, "cannot bind ", s.opt.host, " to any port");
-  } else {
-    EFIM_CHECK(s.http.bind_to_port(s.opt.host, s.opt.port), "cannot bind ", s.opt.host, ":",
-               s.opt.port);
-    s.bound_port = s.opt.port;
-  }
-  EFIM_CHECK(::listen(s.listen_fd, SOMAXCONN) == 0, "cannot set the listen backlog of ",
-             s.opt.host, ":", s.bound_port);
+  s.bound_port = s.gate->bind(s.opt.host, s.opt.port);
   return s.bound_port;
 }
 
 void Server::listen() {
   EFIM_CHECK(impl_->bound_port > 0, "Server::listen() before bind()");
-  if (impl_->stopping) return;  // a stop() before listen(): httplib alone would miss it
-  impl_->http.listen_after_bind();
+  impl_->gate->run();
 }
 
-// httplib's stop() does nothing before listen_after_bind() runs; `stopping` covers that window
-// up to listen()'s check (callers that must not lose a stop repeat it, see efim serve).
-void Server::stop() {
-  impl_->stopping = true;
-  impl_->http.stop();
-}
+// Any thread, any time (a stop() before listen() makes listen() return at once).
+void Server::stop() { impl_->gate->stop(); }
 
 }  // namespace efim

@@ -40,7 +40,9 @@ struct ServerOptions {
   HealPolicy healing = {};
   size_t max_body_bytes = 16u << 20;  // larger request bodies get 413
   int write_timeout_s = 10;  // a client that reads nothing this long is dropped
-  int read_timeout_s = 10;   // a client that sends nothing this long is dropped
+  int read_timeout_s = 10;   // a request must arrive whole within this of its first byte
+  int idle_timeout_s = 5;    // a keep-alive connection idle this long is closed
+  int max_connections = 1024;  // open connections at most; one more gets 503
   // Generation requests (completions, infill) in flight at most; one more answers 503.
   int max_concurrent_requests = 64;
 };

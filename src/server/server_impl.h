@@ -19,6 +19,7 @@
 #include "infill/layout.h"
 #include "infill/planner.h"
 #include "infill/stop.h"
+#include "server/gate.h"
 #include "server/http_json.h"
 #include "server/server.h"
 
@@ -81,10 +82,9 @@ struct Server::Impl {
   std::atomic<int64_t> rejected_overload{0};
   std::string infill_error;
   std::vector<int32_t> infill_stops;
-  httplib::Server http;
+  RoutedServer http;           // the routes (httplib's routing, run by the gate's handlers)
+  std::unique_ptr<Gate> gate;  // the connections
   int bound_port = -1;
-  int listen_fd = -1;                  // the bound socket (its backlog is raised after bind)
-  std::atomic<bool> stopping{false};   // stop() came, perhaps before listen()
 
   Impl(Engine& e, const Tokenizer& t, int32_t ctx, const ServerOptions& o);
   // Plans an infill prompt (thread-safe); throws Error without FIM support. `reserved_by`
