@@ -3,7 +3,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: deps build test serve check-avx512 clean
+.PHONY: deps build test serve check-avx512 check-soak check-sanitize clean
+SOAK_SECONDS ?= 600
 
 deps:
 	./scripts/deps.sh
@@ -23,6 +24,17 @@ serve: build
 # Optional: the native AVX-512 kernels on an emulated AVX-512 CPU (scripts/check_avx512.sh).
 check-avx512: deps
 	./scripts/check_avx512.sh
+
+# Optional: 24 workers of valid and hostile traffic against `efim serve` (scripts/soak.py); its
+# last line gives requests by class, 5xx, hangs, KV blocks left referenced and RSS.
+check-soak: build
+	/usr/bin/python3 scripts/soak.py $(BUILD)/bin/efim models/efim-tiny-q8_0.gguf --seconds $(SOAK_SECONDS)
+
+# Optional: the unit and end-to-end tests built with ASan, UBSan and LSan.
+check-sanitize: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEFIM_SANITIZE=ON
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(JOBS)
 
 clean:
 	rm -rf $(BUILD)

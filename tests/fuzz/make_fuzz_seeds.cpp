@@ -1,6 +1,9 @@
-// Writes small valid GGUF and safetensors files into <dir>/gguf and <dir>/safetensors as seed
-// corpora for the fuzzers.
+// Writes seed corpora for the fuzzers: small valid GGUF and safetensors files into <dir>/gguf and
+// <dir>/safetensors, and tokenizer inputs into <dir>/tok (fuzz_tokenizer's first byte picks the
+// mode: even = a tokenizer.json, 1 mod 4 = text for the byte-level vocabulary, 3 mod 4 = text for
+// the SentencePiece one).
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -16,6 +19,7 @@ int main(int argc, char** argv) {
   const fs::path dir = argv[1];
   fs::create_directories(dir / "gguf");
   fs::create_directories(dir / "safetensors");
+  fs::create_directories(dir / "tok");
   using namespace efim;
 
   GgufWriter w;
@@ -38,5 +42,22 @@ int main(int argc, char** argv) {
                                        {"b", DType::F32, {3}, std::string(12, '\6')},
                                        {"i", DType::I8, {}, "\7"}};
   write_safetensors((dir / "safetensors" / "small.safetensors").string(), ts, {{"format", "pt"}});
+
+  auto seed = [&](const std::string& name, char mode, const std::string& body) {
+    std::ofstream(dir / "tok" / name, std::ios::binary) << mode << body;
+  };
+  seed("bpe.json", '\0',
+       R"({"version":"1.0","added_tokens":[{"id":3,"content":"<fim_prefix>","special":true}],)"
+       R"("normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,)"
+       R"("trim_offsets":true,"use_regex":true},"decoder":{"type":"ByteLevel"},)"
+       R"("model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}})");
+  seed("spm.json", '\2',
+       R"({"normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"\u2581"},)"
+       R"({"type":"Replace","pattern":{"String":" "},"content":"\u2581"}]},)"
+       R"("model":{"type":"BPE","byte_fallback":true,"vocab":{"<unk>":0,"<0x41>":1,"\u2581":2},)"
+       R"("merges":[]}})");
+  seed("code.txt", '\1', "def f(x):\n    return x * 2  # \xc3\xa9 \xe2\x82\xac\n\t<fim_prefix>\r\n");
+  seed("unicode.txt", '\1', "\xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87  \xff\xfe bad bytes");
+  seed("spm_code.txt", '\3', "  int main() { return 0; }\n\xe2\x96\x81 <PRE> \xc3\xa9");
   return 0;
 }
