@@ -103,7 +103,7 @@ def c_ollama(rng):
                                   "options": {"num_predict": 16, "temperature": 0.2}})
 
 
-MALFORMED = [b"{not json", b'{"prompt": {"a": 1}}', b'{"prompt": "x", "max_tokens": -3}', b'{"prompt": "x", "temperature": -1}',
+MALFORMED = [b"{not json", b'{"prompt": {"a": 1}}', b'{"prompt": "x", "max_tokens": -3, "n_predict": -3}', b'{"prompt": "x", "temperature": -1}',
              b'{"prompt": "x", "n": 0}', b'[]', b'{"prompt": "\xff\xfe"}', b'{"input_prefix": 7}']
 
 

@@ -30,6 +30,7 @@ struct ServeArgs {
   std::string alias;
   int64_t ctx_size = 0;  // 0: the model's context (or what the KV cache holds)
   int shutdown_timeout_s = 10;
+  int64_t max_buffered_mb = 256;
   ServerOptions server;
 };
 
@@ -144,6 +145,9 @@ void run_serve(ServeArgs& a) {
              "--token-healing-variant takes constrained or exact, got '", a.heal_variant, "'");
   a.server.healing.exact = a.heal_variant == "exact";
   a.server.model_id = a.alias.empty() ? model_id(a.model) : a.alias;
+  EFIM_CHECK(a.max_buffered_mb >= 17, "--max-buffered-mb must hold one 16 MiB body: >= 17, got ",
+             a.max_buffered_mb);
+  a.server.max_buffered_bytes = size_t(a.max_buffered_mb) << 20;
   a.server.model_path = a.model;
   StopOnSignal signals;
   LoadedModel m = load_model(a.model, a.threads);
@@ -220,6 +224,9 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-connections", a->server.max_connections,
                   "Open connections at most; one more gets 503")
+      ->capture_default_str();
+  cmd->add_option("--max-buffered-mb", a->max_buffered_mb,
+                  "MiB of request bytes held at once over all connections; past it 503")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache,
                 "Compute every prompt in full (baseline for measuring prefix reuse)");

@@ -180,12 +180,14 @@ struct Gate::Impl {
     bool reading = false;  // bytes of a request arrived (request deadline), else idle
     bool draining = false;  // refused: the rest of its bytes are read and dropped, then closed
     size_t drained = 0;
+    size_t in_handler = 0;  // bytes of its request a handler thread holds
     int served = 0;
   };
   std::unordered_map<int, Conn> conns;  // the epoll thread only
   std::mutex back_mu;
   std::deque<std::pair<int, bool>> back;  // (fd, keep) from handler threads
   std::atomic<int64_t> n_open{0}, n_refused{0}, n_timed_out{0};
+  size_t buffered = 0;  // request bytes held: arriving, and in handler threads (epoll thread)
   std::unique_ptr<httplib::ThreadPool> pool;
 
   Impl(RoutedServer& r, GateOptions o) : routes(r), opt(std::move(o)) {}
@@ -208,6 +210,7 @@ struct Gate::Impl {
   }
 
   void close_conn(int fd) {
+    if (auto it = conns.find(fd); it != conns.end()) buffered -= it->second.buf.size();
     ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
     ::close(fd);
     conns.erase(fd);
@@ -261,7 +264,18 @@ struct Gate::Impl {
           c.reading = true;
           c.deadline = Clock::now() + std::chrono::seconds(opt.request_timeout_s);
         }
+        if (buffered + size_t(n) > opt.max_buffered_bytes) {
+          refuse(fd, 503, "", str("the server holds ", buffered, " bytes of requests in flight, "
+                                  "the cap is ", opt.max_buffered_bytes, "; retry later"));
+          buffered -= c.buf.size();
+          c.buf.clear();
+          ::shutdown(fd, SHUT_WR);
+          c.draining = true;
+          c.deadline = Clock::now() + std::chrono::seconds(kDrainSeconds);
+          return;
+        }
         c.buf.append(tmp, size_t(n));
+        buffered += size_t(n);
         if (c.buf.size() > opt.max_header_bytes + opt.max_body_bytes + 4) break;
         continue;
       }
@@ -282,6 +296,7 @@ struct Gate::Impl {
       refuse(fd, f.status, f.path, f.message);
       ::shutdown(fd, SHUT_WR);
       c.draining = true;
+      buffered -= c.buf.size();
       c.buf.clear();
       c.buf.shrink_to_fit();
       c.deadline = Clock::now() + std::chrono::seconds(kDrainSeconds);
@@ -293,6 +308,7 @@ struct Gate::Impl {
     }
     std::string request = c.buf.substr(0, f.end);
     c.buf.erase(0, f.end);
+    c.in_handler = f.end;  // still counted in `buffered` until the handler is done
     c.busy = true;
     ++c.served;
     const bool last = c.served >= opt.keep_alive_max || stopping;
@@ -328,6 +344,8 @@ struct Gate::Impl {
       if (it == conns.end()) continue;
       Conn& c = it->second;
       c.busy = false;
+      buffered -= c.in_handler;
+      c.in_handler = 0;
       if (!keep || stopping) {
         close_conn(fd);
         continue;

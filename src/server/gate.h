@@ -11,7 +11,8 @@
 //             keep_alive_max requests per connection; else closed.
 // Refused early, with the JSON error and a close: a connection over max_connections (503), a
 // header over max_header_bytes (431), a Content-Length over max_body_bytes (413), a chunked
-// request body (411). A request or idle connection past its deadline is closed.
+// request body (411), bytes past max_buffered_bytes over all connections (503). A request or idle
+// connection past its deadline is closed.
 #pragma once
 
 #include <httplib.h>
@@ -31,6 +32,9 @@ struct GateOptions {
   int write_timeout_s = 10;          // a client that reads nothing this long is dropped
   size_t max_header_bytes = 64 << 10;
   size_t max_body_bytes = 16u << 20;
+  // Request bytes held at once, arriving and in handler threads, over all connections: a
+  // connection whose bytes would pass it gets 503 (a flood of large bodies cannot exhaust memory).
+  size_t max_buffered_bytes = size_t(256) << 20;
   int keep_alive_max = 100;          // requests per connection
   int n_handlers = 72;               // handler threads (routing and generation)
   // The error body for a refusal (status, message) in the route's API format (path "" when the

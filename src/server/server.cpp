@@ -178,6 +178,7 @@ Server::Server(Engine& engine, const Tokenizer& tokenizer, int32_t n_ctx,
   g.idle_timeout_s = opts.idle_timeout_s;
   g.write_timeout_s = opts.write_timeout_s;
   g.max_body_bytes = opts.max_body_bytes;
+  g.max_buffered_bytes = opts.max_buffered_bytes;
   g.error_body = [](int status, const std::string& path, const std::string& message) {
     if (path.rfind("/api/", 0) == 0) return http::dump(http::json{{"error", message}});
     return http::error_body(message, status == 503 ? "server_overloaded"

@@ -43,6 +43,7 @@ struct ServerOptions {
   int read_timeout_s = 10;   // a request must arrive whole within this of its first byte
   int idle_timeout_s = 5;    // a keep-alive connection idle this long is closed
   int max_connections = 1024;  // open connections at most; one more gets 503
+  size_t max_buffered_bytes = size_t(256) << 20;  // request bytes held at once; past it 503
   // Generation requests (completions, infill) in flight at most; one more answers 503.
   int max_concurrent_requests = 64;
 };

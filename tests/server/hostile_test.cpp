@@ -3,7 +3,11 @@
 // for an infill's prefix and suffix), a request the KV cache can never hold is a 400 with the
 // numbers, OpenAI fields efim does not implement are refused by name, and an infill that
 // leaves no room names the client's field.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "server_test_util.h"
 
@@ -38,6 +42,38 @@ TEST_F(ServerTest, BodyOverTheLimitGets413WithTheJsonError) {
   ASSERT_TRUE(none);
   EXPECT_EQ(none->status, 404);
   EXPECT_NE(error_message(none->body).find("no route GET /no/such/route"), std::string::npos);
+}
+
+// Request bytes held at once are capped over all connections: while one client holds 700 KB of
+// an unfinished body, another's 500 KB gets 503 with the JSON error; once the first is gone the
+// second goes through.
+TEST_F(ServerTest, RequestBytesInFlightAreCappedServerWide) {
+  Running s(dir_->path(), {.max_buffered_bytes = 1u << 20});
+  auto c = s.client();
+  httplib::Client slow("127.0.0.1", s.port);
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(s.port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 800000\r\n\r\n";
+  const std::string part = head + std::string(700000, ' ');
+  ASSERT_EQ(::send(fd, part.data(), part.size(), 0), ssize_t(part.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the gate has buffered it
+  const std::string body = json({{"prompt", std::string(500000, 'a')}, {"max_tokens", 1}}).dump();
+  auto r = c.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_NE(error_message(r->body).find("bytes of requests in flight, the cap is 1048576"),
+            std::string::npos)
+      << r->body;
+  ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto again = s.client().Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_NE(again->status, 503) << "the first client's bytes were released";
 }
 
 TEST_F(ServerTest, TextNoContextCanHoldIsRefusedOrCutBeforeTokenizing) {

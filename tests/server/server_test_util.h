@@ -31,6 +31,7 @@ struct RunOptions {
   int32_t block_size = 2;  // fine-grained prefix reuse, so cached counts are near exact
   std::string model_id = "tiny";
   int read_timeout_s = 60;  // of client()
+  size_t max_buffered_bytes = size_t(256) << 20;
 };
 
 struct Running {  // one model + engine + server; the server listens on its own thread
@@ -61,6 +62,7 @@ struct Running {  // one model + engine + server; the server listens on its own 
     so.api_key = ro.api_key;
     so.model_id = ro.model_id;
     so.max_concurrent_requests = ro.max_requests;
+    so.max_buffered_bytes = ro.max_buffered_bytes;
     server = std::make_unique<Server>(*engine, *tok, int32_t(model->config().max_position), so);
     port = server->bind();
     thread = std::thread([this] { server->listen(); });
