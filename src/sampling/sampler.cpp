@@ -88,10 +88,13 @@ void softmax(std::vector<C>& c) {
 }
 
 template <class C>
+bool by_logit(const C& a, const C& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+template <class C>
 void sort_by_logit(std::vector<C>& c) {
-  std::sort(c.begin(), c.end(), [](const C& a, const C& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  });
+  std::sort(c.begin(), c.end(), by_logit<C>);
 }
 
 }  // namespace
@@ -158,7 +161,8 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
     switch (s) {
       case SamplerStage::top_k:
         if (p_.top_k > 0 && size_t(p_.top_k) < c.size()) {
-          sort_by_logit(c);
+          // Only the k kept need ordering: no full sort of the vocabulary per token.
+          std::partial_sort(c.begin(), c.begin() + p_.top_k, c.end(), by_logit<Candidate>);
           c.resize(size_t(p_.top_k));
         }
         break;

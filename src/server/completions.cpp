@@ -1,7 +1,6 @@
 // POST /v1/completions (OpenAI): plain completion of `prompt`, or an infill when `suffix` is
 // given (planned with the server's infill mode), streamed as SSE or answered at once.
 #include <atomic>
-#include <future>
 #include <ctime>
 
 #include "base/error.h"
@@ -216,37 +215,25 @@ void respond_stream(Server::Impl& s, CompletionJob job, SlotPtr slot, httplib::R
   });
 }
 
-// n > 1: the prompt n times (the prefix cache shares it), choice i seeded seed + i, each read on
-// its own thread; usage sums the completion tokens and counts the prompt once, as OpenAI's.
+// n > 1 (run_choices): usage sums the completion tokens and counts the prompt once, as OpenAI's.
 void respond_once(Server::Impl& s, CompletionJob job, httplib::Response& res) {
   const size_t n_prompt = job.request.prompt.size();
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int i = 0; i < job.n_choices; ++i) {
-    Request r = job.request;
-    r.sampling.seed += uint64_t(i);
-    streams.push_back(s.engine.submit(std::move(r)));
-  }
   struct Out {
     std::string text;
     DriveOutcome o;
   };
-  auto read = [&s, &job](std::shared_ptr<RequestStream> stream) {
-    TextFilter filter(job.repeat_suffix(), job.stops);
-    Out out;
-    DriveOptions d;
-    d.emit = [&](const std::string& piece) {
-      out.text += piece;
-      return true;
-    };
-    out.o = drive(s.engine, *stream, filter, d);
-    return out;
-  };
-  std::vector<std::future<Out>> rest;
-  for (size_t i = 1; i < streams.size(); ++i)
-    rest.push_back(std::async(std::launch::async, read, streams[i]));
-  std::vector<Out> outs;
-  outs.push_back(read(streams[0]));
-  for (auto& f : rest) outs.push_back(f.get());
+  const std::vector<Out> outs = run_choices<Out>(
+      s.engine, job.request, job.n_choices, [&](std::shared_ptr<RequestStream> stream) {
+        TextFilter filter(job.repeat_suffix(), job.stops);
+        Out out;
+        DriveOptions d;
+        d.emit = [&](const std::string& piece) {
+          out.text += piece;
+          return true;
+        };
+        out.o = drive(s.engine, *stream, filter, d);
+        return out;
+      });
   json choices = json::array();
   size_t n_completion = 0;
   for (size_t i = 0; i < outs.size(); ++i) {

@@ -186,7 +186,7 @@ struct Gate::Impl {
   std::unordered_map<int, Conn> conns;  // the epoll thread only
   std::mutex back_mu;
   std::deque<std::pair<int, bool>> back;  // (fd, keep) from handler threads
-  std::atomic<int64_t> n_open{0}, n_refused{0}, n_timed_out{0};
+  int64_t n_open = 0;  // open connections (the epoll thread)
   size_t buffered = 0;  // request bytes held: arriving, and in handler threads (epoll thread)
   std::unique_ptr<httplib::ThreadPool> pool;
 
@@ -206,7 +206,6 @@ struct Gate::Impl {
                                  body.size(), "\r\nConnection: close\r\n\r\n");
     const std::string all = head + body;
     ::send(fd, all.data(), all.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    ++n_refused;
   }
 
   void close_conn(int fd) {
@@ -372,7 +371,6 @@ struct Gate::Impl {
         refuse(fd, 408, "", str("the request did not arrive whole within ",
                                 opt.request_timeout_s, " s"));
       }
-      ++n_timed_out;
       close_conn(fd);
     }
   }
@@ -472,8 +470,5 @@ void Gate::stop() {
   }
 }
 
-Gate::Stats Gate::stats() const {
-  return {impl_->n_open.load(), impl_->n_refused.load(), impl_->n_timed_out.load()};
-}
 
 }  // namespace efim

@@ -69,11 +69,6 @@ class Gate {
   // Any thread (also before run()).
   void stop();
 
-  struct Stats {
-    int64_t open = 0, refused = 0, timed_out = 0;
-  };
-  Stats stats() const;
-
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -1,8 +1,6 @@
 // llama.cpp's native generation answer, shared by POST /completion and POST /infill: the
 // common request fields, the final object (content, tokens, stop_type, tokens_cached, timings,
 // ...) with response_fields selection, SSE streaming, and n_cmpl choices of one prompt.
-#include <future>
-
 #include "base/error.h"
 #include "server/server_impl.h"
 
@@ -166,24 +164,12 @@ Choice run_choice(Server::Impl& s, const NativeJob& job, std::shared_ptr<Request
   return c;
 }
 
-// n_cmpl > 1: the same prompt n times (the prefix cache shares it), choice i seeded seed + i,
-// each read on its own thread so that time limits and stop strings act while it runs; the
-// answer is a list, as llama.cpp's.
+// n_cmpl > 1 (run_choices): the answer is a list, as llama.cpp's.
 void respond_once(Server::Impl& s, const NativeJob& job, httplib::Response& res) {
   const int n = job.fill_only ? 1 : job.n_choices;
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int i = 0; i < n; ++i) {
-    Request r = job.request;
-    r.sampling.seed += uint64_t(i);
-    streams.push_back(s.engine.submit(std::move(r)));
-  }
-  std::vector<std::future<Choice>> rest;
-  for (int i = 1; i < n; ++i)
-    rest.push_back(
-        std::async(std::launch::async, run_choice, std::ref(s), std::cref(job), streams[size_t(i)]));
-  std::vector<Choice> choices;
-  choices.push_back(run_choice(s, job, streams[0]));
-  for (auto& f : rest) choices.push_back(f.get());
+  const std::vector<Choice> choices = run_choices<Choice>(
+      s.engine, job.request, n,
+      [&](std::shared_ptr<RequestStream> stream) { return run_choice(s, job, std::move(stream)); });
   json bodies = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const Choice& c = choices[i];

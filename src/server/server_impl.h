@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -157,6 +158,26 @@ struct DriveOutcome {
 // stops, the time runs out or emit fails.
 DriveOutcome drive(Engine& engine, RequestStream& stream, TextFilter& filter,
                    const DriveOptions& opts);
+
+// n completions of one request (OpenAI's n, llama.cpp's n_cmpl): the prompt n times, which the
+// prefix cache shares, choice i seeded seed + i; each stream is read by `read` on its own thread
+// (the first on this one) so that time limits and stop strings act while it runs.
+template <class T>
+std::vector<T> run_choices(Engine& engine, const Request& r, int n,
+                           const std::function<T(std::shared_ptr<RequestStream>)>& read) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < n; ++i) {
+    Request ri = r;
+    ri.sampling.seed += uint64_t(i);
+    streams.push_back(engine.submit(std::move(ri)));
+  }
+  std::vector<std::future<T>> rest;
+  for (int i = 1; i < n; ++i) rest.push_back(std::async(std::launch::async, read, streams[size_t(i)]));
+  std::vector<T> out;
+  out.push_back(read(streams[0]));
+  for (auto& f : rest) out.push_back(f.get());
+  return out;
+}
 
 // "stop" / "length" for OpenAI's finish_reason.
 const char* finish_reason(const DriveOutcome& o);
