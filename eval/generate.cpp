@@ -60,6 +60,7 @@ std::vector<InfillOutput> generate_infills(Model& model, const Tokenizer& tok,
   EngineOptions eo;
   eo.tokenizer = &tok;
   eo.kv_cache_bytes = o.kv_cache_bytes;
+  eo.kv_type = o.kv_type;
   eo.scheduler.max_running = o.max_running;
   eo.scheduler.max_step_tokens = 1024;
   const std::vector<int32_t> stops = infill_stop_tokens(tok, layout.format());

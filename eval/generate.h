@@ -42,6 +42,7 @@ struct GenerateOptions {
   int32_t max_new_tokens = 128;
   int64_t context_tokens = 0;     // prompt + new tokens at most; 0 = the model's context
   int64_t kv_cache_bytes = 1ll << 30;
+  DType kv_type = DType::F16;     // as efim serve
   int32_t max_running = 64;       // sequences decoded together
   std::string progress_label;     // "" = no progress bar
 };

@@ -124,7 +124,8 @@ BenchOptions parse_bench_options(const Args & a) {
     const std::string kv = a.str("--kv-type", "f16");
     if (kv == "f16") o.kv_type = GGML_TYPE_F16;
     else if (kv == "f32") o.kv_type = GGML_TYPE_F32;
-    else fail("--kv-type must be f16 or f32, not '", kv, "'");
+    else if (kv == "q8_0") o.kv_type = GGML_TYPE_Q8_0;
+    else fail("--kv-type must be f16, q8_0 or f32, not '", kv, "'");
     if (o.prompt_len == 0 && o.gen == 0) fail("nothing to measure: --prompt-len and --gen are both 0");
     return o;
 }

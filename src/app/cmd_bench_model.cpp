@@ -15,6 +15,7 @@
 
 #include "app/commands.h"
 #include "app/loaded.h"
+#include "engine/engine.h"
 #include "backend/cpu/peak.h"
 #include "base/error.h"
 #include "format/gguf.h"
@@ -28,6 +29,8 @@ struct BenchArgs {
   std::string peer = ".deps/bin/llama_ref";
   std::string json_out;
   int prompt_len = 256, gen = 64, reps = 3, threads = 2;
+  int depth = 0;                 // tokens in the K/V cache before the decode test (llama-bench -d)
+  std::string kv_type = "f16";   // both engines' K/V cache element type
   bool no_peer = false;
   bool mmap = false;  // weights mapped from the page cache instead of copied into huge pages
 };
@@ -44,18 +47,24 @@ double median(std::vector<double> v) {
 using Clock = std::chrono::steady_clock;
 
 // One repetition of llama-bench's pp and tg tests: P random tokens in one step, then G tokens
-// decoded one at a time from an empty cache.
+// decoded one at a time after `depth` random tokens were put into the cache (untimed).
 Speed run_efim_once(Model& model, const BenchArgs& a, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(model.config().vocab - 1));
   Speed s;
   std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_len));
   for (auto& t : prompt) t = tok(rng);
-  ContiguousSession pp(model, a.prompt_len);
+  const DType kv = parse_kv_type(a.kv_type);
+  ContiguousSession pp(model, a.prompt_len, kv);
   auto t0 = Clock::now();
   pp.eval(prompt);
   s.prefill_tps = a.prompt_len / std::chrono::duration<double>(Clock::now() - t0).count();
 
-  ContiguousSession tg(model, a.gen);
+  ContiguousSession tg(model, a.depth + a.gen, kv);
+  if (a.depth > 0) {
+    std::vector<int32_t> context(static_cast<size_t>(a.depth));
+    for (auto& t : context) t = tok(rng);
+    tg.eval(context);
+  }
   t0 = Clock::now();
   for (int i = 0; i < a.gen; ++i) tg.eval({tok(rng)});
   s.decode_tps = a.gen / std::chrono::duration<double>(Clock::now() - t0).count();
@@ -64,8 +73,9 @@ Speed run_efim_once(Model& model, const BenchArgs& a, std::mt19937& rng) {
 
 Speed run_peer_once(const BenchArgs& a, const std::string& model) {
   std::string cmd = a.peer + " bench '" + model + "' --prompt-len " + std::to_string(a.prompt_len) +
-                    " --gen " + std::to_string(a.gen) + " --threads " +
-                    std::to_string(a.threads) + " --reps 1 2>/dev/null";
+                    " --gen " + std::to_string(a.gen) + " --depth " + std::to_string(a.depth) +
+                    " --kv-type " + a.kv_type + " --threads " + std::to_string(a.threads) +
+                    " --reps 1 2>/dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
   EFIM_CHECK(p, "cannot run the peer: ", cmd);
   std::string out;
@@ -119,6 +129,8 @@ ModelCost model_cost(const std::string& path, const ModelConfig& c, int prompt_l
 void run_bench(const BenchArgs& a) {
   EFIM_CHECK(a.prompt_len > 0 && a.gen > 0 && a.reps > 0, "--prompt-len, --gen and --reps must be"
              " positive");
+  EFIM_CHECK(a.depth >= 0, "--depth must be >= 0, got ", a.depth);
+  (void)parse_kv_type(a.kv_type);  // a bad name fails before any model loads
   bool peer = !a.no_peer;
   if (peer)
     EFIM_CHECK(std::filesystem::exists(a.peer), "peer harness '", a.peer, "' not found: run "
@@ -141,6 +153,10 @@ void run_bench(const BenchArgs& a) {
     lo.huge_pages = !a.mmap;
     auto model = Model::load(path, lo);
     ModelCost cost = model_cost(path, model->config(), a.prompt_len);
+    // Decode also reads the K/V of the context, depth + gen / 2 tokens on average.
+    const double kv_bytes = double(Engine::kv_bytes_per_token(model->config(),
+                                                              parse_kv_type(a.kv_type))) *
+                            (a.depth + a.gen / 2.0);
     std::mt19937 rng(0);
     run_efim_once(*model, a, rng);  // warm-up (page in the weights)
     std::vector<double> pp, tg, peer_pp, peer_tg;
@@ -157,7 +173,7 @@ void run_bench(const BenchArgs& a) {
     std::string name = std::filesystem::path(path).filename().string();
     double e_pp = median(pp), e_tg = median(tg), p_pp = median(peer_pp), p_tg = median(peer_tg);
     double pp_share = e_pp * cost.prefill_flops_per_token / 1e9 / peak_gflops;
-    double tg_share = e_tg * cost.decode_bytes / 1e9 / bandwidth_gbs;
+    double tg_share = e_tg * (cost.decode_bytes + kv_bytes) / 1e9 / bandwidth_gbs;
     auto row = [&](const char* test, double e, double p, double share, const char* of) {
       char peer_tps[32] = "-", ratio[32] = "-";
       if (peer) {
@@ -168,13 +184,16 @@ void run_bench(const BenchArgs& a) {
                   cost.dtype.c_str(), test, e, peer_tps, ratio, 100 * share, of);
     };
     row(("prefill " + std::to_string(a.prompt_len)).c_str(), e_pp, p_pp, pp_share, "FMA peak");
-    row(("decode " + std::to_string(a.gen)).c_str(), e_tg, p_tg, tg_share, "bandwidth");
+    const std::string at = a.depth > 0 ? " @ " + std::to_string(a.depth) : "";
+    row(("decode " + std::to_string(a.gen) + at + " (" + a.kv_type + " K/V)").c_str(), e_tg, p_tg,
+        tg_share, "bandwidth");
     report.push_back({{"model", path}, {"dtype", cost.dtype}, {"prefill_tps", e_pp},
                       {"decode_tps", e_tg}, {"peer_prefill_tps", p_pp}, {"peer_decode_tps", p_tg},
                       {"prefill_share_of_fma_peak", pp_share},
                       {"decode_share_of_bandwidth", tg_share}, {"fma_peak_gflops", peak_gflops},
                       {"bandwidth_gbs", bandwidth_gbs}, {"threads", a.threads}, {"huge_pages", !a.mmap},
-                      {"prompt_len", a.prompt_len}, {"gen", a.gen}, {"reps", a.reps}});
+                      {"prompt_len", a.prompt_len}, {"gen", a.gen}, {"reps", a.reps},
+                      {"depth", a.depth}, {"kv_type", a.kv_type}, {"decode_kv_bytes", kv_bytes}});
   }
   if (!a.json_out.empty()) std::ofstream(a.json_out) << report.dump(1) << "\n";
 }
@@ -193,6 +212,11 @@ void register_bench_model(CLI::App& app) {
   cmd->add_option("--prompt-len", a->prompt_len, "Prefill tokens")->capture_default_str();
   cmd->add_option("--gen", a->gen, "Decoded tokens")->capture_default_str();
   cmd->add_option("--reps", a->reps, "Repetitions (median)")->capture_default_str();
+  cmd->add_option("--depth", a->depth,
+                  "Tokens in the K/V cache before the decode test (as llama-bench -d)")
+      ->capture_default_str();
+  cmd->add_option("--kv-type", a->kv_type, "K/V cache element type of both engines: f16, q8_0, f32")
+      ->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "Threads for both engines")->capture_default_str();
   cmd->add_option("--json", a->json_out, "Also write the results as JSON");
   cmd->callback([a] { run_bench(*a); });

@@ -23,6 +23,7 @@ struct EvalArgs {
   bool greedy = false, progress = false;
   int threads = 2;
   double timeout_s = 5.0;
+  std::string kv_type = "f16";
   eval::EvalOptions opt;
 };
 
@@ -53,6 +54,7 @@ void configure(EvalArgs& a) {
   if (a.opt.humaneval) EFIM_CHECK(!a.data.empty(), "--suite ", a.suite, " needs --data DIR");
   if (a.greedy) a.opt.gen.sampling = SamplingParams{};
   validate(a.opt.gen.sampling);
+  a.opt.gen.kv_type = parse_kv_type(a.kv_type);
   a.opt.threads = a.threads;
   a.opt.sandbox.timeout_s = a.timeout_s;
   if (a.progress) a.opt.gen.progress_label = "eval";
@@ -72,6 +74,7 @@ nlohmann::json config_json(const EvalArgs& a, bool net_isolated) {
           {"sampling", {{"temperature", s.temperature}, {"top_p", s.top_p}, {"top_k", s.top_k}}},
           {"max_new_tokens", a.opt.gen.max_new_tokens},
           {"context_tokens", a.opt.gen.context_tokens},
+          {"kv_type", a.kv_type},
           {"prefix_chars", a.opt.prefix_chars},
           {"suffix_chars", a.opt.suffix_chars},
           {"sandbox", {{"timeout_s", a.opt.sandbox.timeout_s},
@@ -126,6 +129,8 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--suite", a->suite, "random-span, humaneval or all")->capture_default_str();
   cmd->add_option("--data", a->data, "Folder with the HumanEval-infilling .jsonl(.gz) files");
   cmd->add_option("--sources", a->sources, "Held-out Python files for random spans")
+      ->capture_default_str();
+  cmd->add_option("--kv-type", a->kv_type, "K/V cache element type: f16 (as efim serve), q8_0 or f32")
       ->capture_default_str();
   cmd->add_option("--n-spans", a->opt.n_spans, "Random spans")->capture_default_str();
   cmd->add_option("--schemes", a->schemes,

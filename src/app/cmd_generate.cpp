@@ -16,6 +16,7 @@ struct GenerateArgs {
   std::string model, prompt, prompt_file, prompt_ids;
   int n_predict = 64;
   int threads = 0;
+  std::string kv_type = "f16";
   bool special = false, ignore_eos = false, print_ids = false, add_bos = false;
   SamplingParams sampling;
 };
@@ -43,7 +44,8 @@ void run_generate(const GenerateArgs& a) {
   EFIM_CHECK(static_cast<int64_t>(prompt.size()) + a.n_predict <= ctx, "prompt (", prompt.size(),
              " tokens) + --n-predict (", a.n_predict, ") exceeds the context of ", ctx);
 
-  ContiguousSession session(*m.model, static_cast<int64_t>(prompt.size()) + a.n_predict);
+  ContiguousSession session(*m.model, static_cast<int64_t>(prompt.size()) + a.n_predict,
+                            parse_kv_type(a.kv_type));
   Sampler sampler(a.sampling);
   IncrementalDecoder decoder(m.tokenizer);
   const auto& eos = m.model->config().eos_tokens;
@@ -101,6 +103,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--min-p", a->sampling.min_p, "Min-p (0 = off)")->capture_default_str();
   cmd->add_option("--seed", a->sampling.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--kv-type", a->kv_type, "K/V cache element type: f16, q8_0 or f32")
+      ->capture_default_str();
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating after end-of-text tokens");
   cmd->add_flag("--ids", a->print_ids, "Print generated token ids instead of text");
   cmd->callback([a] { run_generate(*a); });

@@ -15,6 +15,7 @@ struct LogitsArgs {
   std::string model, tokens, out;
   bool all = false;
   int threads = 0;
+  std::string kv_type = "f32";
 };
 
 void run_logits(const LogitsArgs& a) {
@@ -23,7 +24,7 @@ void run_logits(const LogitsArgs& a) {
   auto model = Model::load(a.model, lo);
   std::vector<int32_t> ids = parse_token_ids(a.tokens, static_cast<int32_t>(model->config().vocab));
   EFIM_CHECK(!ids.empty(), "--tokens is empty");
-  ContiguousSession session(*model, static_cast<int64_t>(ids.size()));
+  ContiguousSession session(*model, static_cast<int64_t>(ids.size()), parse_kv_type(a.kv_type));
   std::vector<float> logits = session.eval(ids, a.all);  // [rows, vocab]
   std::ofstream out(a.out, std::ios::binary);
   EFIM_CHECK(out, "cannot create '", a.out, "'");
@@ -45,6 +46,9 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--out", a->out, "Output file: float32 [rows, vocab]")->required();
   cmd->add_flag("--all", a->all, "Every position (default: the last only)");
   cmd->add_option("-t,--threads", a->threads, "Threads (0 = all cores)");
+  cmd->add_option("--kv-type", a->kv_type,
+                  "K/V cache element type: f32 (exact, for parity checks), f16 or q8_0")
+      ->capture_default_str();
   cmd->callback([a] { run_logits(*a); });
 }
 

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -26,11 +27,13 @@ struct ServeArgs {
   std::string heal_variant = "constrained";
   int threads = 0;
   int64_t kv_cache_mb = 256;
+  std::string kv_type = "f16";
   bool no_prefix_cache = false;
   std::string alias;
   int64_t ctx_size = 0;  // 0: the model's context (or what the KV cache holds)
   int shutdown_timeout_s = 10;
   int64_t max_buffered_mb = 256;
+  int64_t max_tokens_in_flight = -1;  // -1: four K/V caches' worth (at least one context)
   ServerOptions server;
 };
 
@@ -109,7 +112,7 @@ class StopOnSignal {
 // cannot hold is an error that gives the --kv-cache-mb needed.
 int32_t served_context(const ServeArgs& a, const ModelConfig& c, int64_t kv_slots) {
   const int64_t model_ctx = c.max_position;
-  const int64_t per_token = Engine::kv_bytes_per_token(c);
+  const int64_t per_token = Engine::kv_bytes_per_token(c, parse_kv_type(a.kv_type));
   auto mib_for = [&](int64_t tokens) { return (tokens * per_token + (1 << 20) - 1) >> 20; };
   if (a.ctx_size > 0) {
     EFIM_CHECK(a.ctx_size <= model_ctx, "--ctx-size ", a.ctx_size,
@@ -155,19 +158,28 @@ void run_serve(ServeArgs& a) {
   a.server.card = model_card(a.model, *m.model);
   EngineOptions eo;
   eo.kv_cache_bytes = a.kv_cache_mb << 20;
+  eo.kv_type = parse_kv_type(a.kv_type);
   eo.kv.prefix_cache = !a.no_prefix_cache;
   eo.tokenizer = &m.tokenizer;
   Engine engine(*m.model, eo);
   const int32_t n_ctx = served_context(a, m.model->config(), engine.kv_slots());
+  EFIM_CHECK(a.max_tokens_in_flight >= -1,
+             "--max-tokens-in-flight must be -1 (auto), 0 (no cap) or positive, got ",
+             a.max_tokens_in_flight);
+  // Queued prompts beyond a few caches' worth only wait: refusing them (503) tells the client
+  // to retry instead of holding its tokens and connection for minutes.
+  a.server.max_tokens_in_flight = a.max_tokens_in_flight >= 0
+                                      ? a.max_tokens_in_flight
+                                      : std::max<int64_t>(4 * engine.kv_slots(), n_ctx);
   Server server(engine, m.tokenizer, n_ctx, a.server);
   const int port = server.bind();
   std::fprintf(stderr,
                "efim: serving %s on http://%s:%d (infill mode %s, token healing %s%s, prefix "
-               "cache %s)\n",
+               "cache %s, %lld-token %s K/V cache)\n",
                a.server.model_id.c_str(), a.server.host.c_str(), port, a.infill_mode.c_str(),
                a.token_healing.c_str(),
                a.server.healing.fragment_trained ? " (fragment-trained model)" : "",
-               a.no_prefix_cache ? "off" : "on");
+               a.no_prefix_cache ? "off" : "on", (long long)engine.kv_slots(), a.kv_type.c_str());
   signals.start(server, engine, a.shutdown_timeout_s);
   server.listen();
   signals.stop();
@@ -184,6 +196,10 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--port", a->server.port, "Port (0 = any free one)")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "Threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "K/V cache memory in MiB")
+      ->capture_default_str();
+  cmd->add_option("--kv-type", a->kv_type,
+                  "K/V cache element type: f16 (half of f32's bytes), q8_0 (about a quarter) or "
+                  "f32")
       ->capture_default_str();
   cmd->add_option("-c,--ctx-size", a->ctx_size,
                   "Context in tokens (0: the model's, or what the K/V cache holds)")
@@ -227,6 +243,10 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-buffered-mb", a->max_buffered_mb,
                   "MiB of request bytes held at once over all connections; past it 503")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens-in-flight", a->max_tokens_in_flight,
+                  "Prompt tokens of the generation requests in flight at most; past it 503 "
+                  "(-1: four K/V caches' worth, 0: no cap)")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache,
                 "Compute every prompt in full (baseline for measuring prefix reuse)");

@@ -8,9 +8,9 @@
 namespace efim {
 namespace {
 
-// Bytes of K/V one block holds: K and V, f32, every layer.
-int64_t bytes_per_block(const ModelConfig& c, int32_t block_size) {
-  return Engine::kv_bytes_per_token(c) * block_size;
+// Bytes of K/V one block holds: K and V of every layer in the cache's element type.
+int64_t bytes_per_block(const ModelConfig& c, DType kv_type, int32_t block_size) {
+  return Engine::kv_bytes_per_token(c, kv_type) * block_size;
 }
 
 KvOptions resolve_kv(const ModelConfig& c, const EngineOptions& o) {
@@ -18,7 +18,7 @@ KvOptions resolve_kv(const ModelConfig& c, const EngineOptions& o) {
   EFIM_CHECK(kv.block_size > 0, "EngineOptions.kv.block_size must be positive, got ",
              kv.block_size);
   if (kv.n_blocks == 0) {
-    kv.n_blocks = kv_blocks_for_budget(o.kv_cache_bytes, bytes_per_block(c, kv.block_size));
+    kv.n_blocks = kv_blocks_for_budget(o.kv_cache_bytes, bytes_per_block(c, o.kv_type, kv.block_size));
   }
   return kv;
 }
@@ -65,14 +65,15 @@ Engine::Engine(Model& model, const EngineOptions& options)
       vocab_index_(options.tokenizer ? std::make_unique<VocabIndex>(*options.tokenizer) : nullptr),
       kv_(resolve_kv(model.config(), options)),
       kv_slots_(int64_t(kv_.stats().total_blocks) * kv_.block_size()),
-      cache_(model.config().n_layers, int64_t(kv_.stats().total_blocks) * kv_.block_size(),
-             model.config().kv_dim()),
+      cache_(KvCache::for_model(model.config(),
+                                int64_t(kv_.stats().total_blocks) * kv_.block_size(),
+                                options.kv_type)),
       sched_(options.scheduler, kv_),
       runner_(model, cache_),
       thread_([this] { loop(); }) {}
 
-int64_t Engine::kv_bytes_per_token(const ModelConfig& c) {
-  return 2 * c.n_layers * c.kv_dim() * int64_t(sizeof(float));
+int64_t Engine::kv_bytes_per_token(const ModelConfig& c, DType kv_type) {
+  return KvCache::bytes_per_token(kv_type, c.n_layers, c.kv_dim());
 }
 
 Engine::~Engine() {

@@ -35,6 +35,9 @@ struct EngineOptions {
   SchedulerOptions scheduler;
   KvOptions kv;                            // kv.n_blocks 0: from kv_cache_bytes
   int64_t kv_cache_bytes = 256ll << 20;    // K/V memory budget when kv.n_blocks is 0
+  // K/V element type: F32, F16 (half the bytes: twice the tokens per MiB) or Q8_0 (about a
+  // quarter). The library default is exact f32; `efim serve` defaults to f16, as llama.cpp.
+  DType kv_type = DType::F32;
   std::optional<std::vector<int32_t>> eos_tokens;  // unset: the model config's
   // Borrowed, optional: when set, streams and results carry the decoded text as well (the
   // engine thread decodes incrementally, whole UTF-8 characters per chunk), and requests may
@@ -69,8 +72,8 @@ class Engine {
 
   // Tokens the KV cache holds in all (blocks x block size): no sequence is longer. Any thread.
   int64_t kv_slots() const { return kv_slots_; }
-  // KV cache bytes per token of `c` (K and V of every layer, f32).
-  static int64_t kv_bytes_per_token(const ModelConfig& c);
+  // KV cache bytes per token of `c` (K and V of every layer in kv_type).
+  static int64_t kv_bytes_per_token(const ModelConfig& c, DType kv_type);
 
   // Any thread; run on the engine thread between steps and wait for it (up to one step).
   KvStats kv_stats();

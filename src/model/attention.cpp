@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "model/ops.h"
 #include "model/ops_internal.h"
+#include "tensor/quant.h"
 
 namespace efim::ops {
 
@@ -86,15 +87,16 @@ struct UnitRows {
   int64_t rows, n_keys, kv_stride, hd, kvh;
   const int32_t* ctx;  // slot of each key position
   float* S;            // [rows, n_keys] scores, then probabilities
+  const float *k, *v;  // [slots, kv_stride] f32 keys and values
 };
 
-[[gnu::always_inline]] inline void unit_scores(const AttentionArgs& a, const UnitRows& u,
+[[gnu::always_inline]] inline void unit_scores(const UnitRows& u,
                                                const AttentionScratch::Thread& w) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(u.hd));
   int64_t first = 0;  // rows [0, first) end before key j
   for (int64_t j = 0; j < u.n_keys; ++j) {
     while (w.last[first] < j) ++first;
-    const float* kj = a.k + static_cast<int64_t>(u.ctx[j]) * u.kv_stride + u.kvh * u.hd;
+    const float* kj = u.k + static_cast<int64_t>(u.ctx[j]) * u.kv_stride + u.kvh * u.hd;
     int64_t r = first;
     for (; r + 4 <= u.rows; r += 4) {
       float d[4];
@@ -126,10 +128,10 @@ struct UnitRows {
 // out[r] = sum_j P[r, j] V[slot j], 32 output dimensions at a time held in four 8-float
 // registers across all keys (GCC vector extension: ymm in the AVX2 build, xmm pairs in the
 // baseline; named variables because an array of them would stay in memory).
-[[gnu::always_inline]] inline void unit_weighted_values(const AttentionArgs& a, const UnitRows& u,
+[[gnu::always_inline]] inline void unit_weighted_values(const UnitRows& u,
                                                         const AttentionScratch::Thread& w) {
   typedef float v8f __attribute__((vector_size(32)));
-  const float* v0 = a.v + u.kvh * u.hd;
+  const float* v0 = u.v + u.kvh * u.hd;
   for (int64_t r = 0; r < u.rows; ++r) {
     const float* p = u.S + r * u.n_keys;
     const int64_t n = w.last[r] + 1;
@@ -162,6 +164,31 @@ struct UnitRows {
   }
 }
 
+// An f16 / q8_0 cache: the unit's n_keys K and V rows of head u.kvh, converted to f32 into
+// the thread's buffers, which `ur` then reads as a cache of one head with slots 0..n_keys-1.
+void gather_f32(const AttentionArgs& a, const Unit& u, int64_t n_keys,
+                AttentionScratch::Thread& w, UnitRows& ur) {
+  const int64_t hd = a.head_dim;
+  const int64_t row_bytes = int64_t(dtype_row_bytes(a.kv_type, uint64_t(a.n_kv_heads * hd)));
+  const int64_t head_bytes = int64_t(dtype_row_bytes(a.kv_type, uint64_t(u.kvh * hd)));
+  w.k.resize(static_cast<size_t>(n_keys * hd));
+  w.v.resize(w.k.size());
+  w.ctx.resize(static_cast<size_t>(n_keys));
+  const auto* k = static_cast<const uint8_t*>(a.k) + head_bytes;
+  const auto* v = static_cast<const uint8_t*>(a.v) + head_bytes;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const int64_t slot = u.seq->ctx[j];
+    dequantize(k + slot * row_bytes, hd, a.kv_type, &w.k[j * hd]);
+    dequantize(v + slot * row_bytes, hd, a.kv_type, &w.v[j * hd]);
+    w.ctx[j] = static_cast<int32_t>(j);
+  }
+  ur.k = w.k.data();
+  ur.v = w.v.data();
+  ur.ctx = w.ctx.data();
+  ur.kv_stride = hd;
+  ur.kvh = 0;
+}
+
 // Every input was validated by the caller: this runs on pool threads and must not throw.
 void run_unit_ref(const AttentionArgs& a, const Unit& u,
                                                  AttentionScratch::Thread& w) {
@@ -181,10 +208,12 @@ void run_unit_ref(const AttentionArgs& a, const Unit& u,
   }
   const int64_t n_keys = w.last[rows - 1] + 1;
   w.scores.resize(static_cast<size_t>(rows * n_keys));
-  const UnitRows ur{rows, n_keys, a.n_kv_heads * hd, hd, u.kvh, u.seq->ctx, w.scores.data()};
-  unit_scores(a, ur, w);
+  UnitRows ur{rows,      n_keys, a.n_kv_heads * hd,       hd, u.kvh, u.seq->ctx, w.scores.data(),
+              static_cast<const float*>(a.k), static_cast<const float*>(a.v)};
+  if (a.kv_type != DType::F32) gather_f32(a, u, n_keys, w, ur);
+  unit_scores(ur, w);
   unit_softmax(ur, w);
-  unit_weighted_values(a, ur, w);
+  unit_weighted_values(ur, w);
 }
 
 
@@ -312,8 +341,15 @@ void attention_flash(ThreadPool& pool, const AttentionArgs& a, AttentionScratch&
 void attention(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch, CpuKernel k) {
   EFIM_CHECK(cpu::kernel_supported(k), "attention: kernel variant ", cpu::kernel_name(k),
              " is not supported by this CPU");
+  EFIM_CHECK(a.kv_type == DType::F32 || a.kv_type == DType::F16 || a.kv_type == DType::Q8_0,
+             "attention: K/V element type ", dtype_name(a.kv_type), " is not f32, f16 or q8_0");
+  EFIM_CHECK(a.head_dim % dtype_info(a.kv_type).block_elems == 0, "attention: head_dim ",
+             a.head_dim, " is not whole blocks of ", dtype_name(a.kv_type));
   const bool flash_shape = a.head_dim % 16 == 0 && a.head_dim <= detail::kFlashMaxHeadDim;
-  if (cpu::has_avx2(k) && flash_shape) return attention_flash(pool, a, scratch);
+  // f16 and q8_0 rows are widened with F16C, which every AVX2 CPU made so far has.
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  const bool flash_type = a.kv_type == DType::F32 || f16c;
+  if (cpu::has_avx2(k) && flash_shape && flash_type) return attention_flash(pool, a, scratch);
   attention_ref(pool, a, scratch);
 }
 

@@ -57,6 +57,9 @@ void Model::validate(const Batch& b, const KvCache& kv) const {
   EFIM_CHECK(kv.n_layers() == c.n_layers && kv.kv_dim() == c.kv_dim(), "forward: kv cache has ",
              kv.n_layers(), " layers x ", kv.kv_dim(), ", model needs ", c.n_layers, " x ",
              c.kv_dim());
+  const int block = dtype_info(kv.type()).block_elems;
+  EFIM_CHECK(c.head_dim % block == 0, "forward: a ", dtype_name(kv.type()), " kv cache needs a "
+             "head_dim that is a multiple of ", block, ", the model's is ", c.head_dim);
   for (const BatchSequence& s : b.sequences)
     for (int32_t slot : s.slots)
       EFIM_CHECK(slot >= 0 && slot < kv.n_slots(), "forward: kv slot ", slot, " outside [0, ",
@@ -118,8 +121,6 @@ void Model::attention_block(int64_t layer, const Batch& b, KvCache& kv) {
   const int64_t n = b.size(), hd = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
   const int64_t qkv_dim = q_dim + 2 * kv_dim;
   matmul(s_.xn.data(), n, f.qkv, s_.qkv.data());  // [n, q_dim + 2 kv_dim]
-  float* K = kv.k(layer);  // [n_slots, kv_dim]
-  float* V = kv.v(layer);
   // Per token: bias, RoPE on its q and k heads together, K/V into the token's cache slot.
   for_rows(*pool_, n, [&](int64_t i) {
     float* row = &s_.qkv[i * qkv_dim];
@@ -136,15 +137,15 @@ void Model::attention_block(int64_t layer, const Batch& b, KvCache& kv) {
                     c.rope_pairing},
                    s_.rope);
     const int64_t slot = b.sequences[b.seq[i]].slots[b.positions[i]];
-    std::copy_n(row + q_dim, kv_dim, K + slot * kv_dim);
-    std::copy_n(row + q_dim + kv_dim, kv_dim, V + slot * kv_dim);
+    kv.store(layer, slot, row + q_dim, row + q_dim + kv_dim);  // in the cache's element type
   });
   ops::AttentionArgs a;
   a.q = s_.qkv.data();
   a.q_stride = qkv_dim;
   a.pos = b.positions.data();
-  a.k = K;
-  a.v = V;
+  a.k = kv.k(layer);  // [n_slots] rows of kv.row_bytes()
+  a.v = kv.v(layer);
+  a.kv_type = kv.type();
   a.out = s_.att.data();
   a.n_heads = c.n_heads;
   a.n_kv_heads = c.n_kv_heads;

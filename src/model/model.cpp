@@ -12,31 +12,87 @@
 #include "base/error.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
+#include "tensor/quant.h"
 
 namespace efim {
 
 // ---------------------------------------------------------------- KvCache, Batch
 
-KvCache::KvCache(int64_t n_layers, int64_t n_slots, int64_t kv_dim)
-    : n_layers_(n_layers), n_slots_(n_slots), kv_dim_(kv_dim) {
-  EFIM_CHECK(n_layers > 0 && n_slots > 0 && kv_dim > 0, "kv cache: bad size: layers ", n_layers,
-             ", slots ", n_slots, ", kv_dim ", kv_dim);
-  const size_t n =
-      static_cast<size_t>(n_layers) * static_cast<size_t>(n_slots) * static_cast<size_t>(kv_dim);
-  k_.assign(n, 0.0f);
-  v_.assign(n, 0.0f);
+int64_t KvCache::row_bytes(DType type, int64_t kv_dim) {
+  EFIM_CHECK(type == DType::F32 || type == DType::F16 || type == DType::Q8_0,
+             "kv cache: element type ", dtype_name(type), " is not stored; use f32, f16 or q8_0");
+  EFIM_CHECK(kv_dim > 0 && kv_dim % dtype_info(type).block_elems == 0, "kv cache: kv_dim ",
+             kv_dim, " is not a multiple of ", dtype_name(type), "'s block of ",
+             dtype_info(type).block_elems);
+  return static_cast<int64_t>(dtype_row_bytes(type, static_cast<uint64_t>(kv_dim)));
 }
 
-KvCache KvCache::for_model(const ModelConfig& c, int64_t n_slots) {
-  return KvCache(c.n_layers, n_slots, c.kv_dim());
+DType parse_kv_type(const std::string& name) {
+  if (name == "f32") return DType::F32;
+  if (name == "f16") return DType::F16;
+  if (name == "q8_0") return DType::Q8_0;
+  throw Error(str("K/V cache type '", name, "' is not one of f32, f16, q8_0"));
+}
+
+KvCache::KvCache(int64_t n_layers, int64_t n_slots, int64_t kv_dim, DType type)
+    : n_layers_(n_layers), n_slots_(n_slots), kv_dim_(kv_dim), type_(type),
+      row_bytes_(row_bytes(type, kv_dim)) {
+  EFIM_CHECK(n_layers > 0 && n_slots > 0, "kv cache: bad size: layers ", n_layers, ", slots ",
+             n_slots, ", kv_dim ", kv_dim);
+  const size_t n = static_cast<size_t>(n_layers) * static_cast<size_t>(n_slots) *
+                   static_cast<size_t>(row_bytes_);
+  k_.assign(n, 0);
+  v_.assign(n, 0);
+}
+
+KvCache KvCache::for_model(const ModelConfig& c, int64_t n_slots, DType type) {
+  const int block = dtype_info(type).block_elems;
+  EFIM_CHECK(c.head_dim % block == 0, "kv cache: ", dtype_name(type), " needs a head_dim that is ",
+             "a multiple of ", block, ", the model's is ", c.head_dim, "; use --kv-type f16");
+  return KvCache(c.n_layers, n_slots, c.kv_dim(), type);
+}
+
+namespace {
+void encode_row(DType type, const float* x, int64_t n, uint8_t* out) {
+  switch (type) {
+    case DType::F32: std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float)); return;
+    case DType::F16: {
+      uint16_t h[64];
+      for (int64_t i = 0; i < n; i += 64) {  // through a buffer: `out` need not be aligned
+        const int64_t m = std::min<int64_t>(64, n - i);
+        for (int64_t j = 0; j < m; ++j) h[j] = f32_to_f16(x[i + j]);
+        std::memcpy(out + 2 * i, h, static_cast<size_t>(m) * 2);
+      }
+      return;
+    }
+    case DType::Q8_0: quantize_row_q8_0(x, n, reinterpret_cast<BlockQ8_0*>(out)); return;
+    default: break;
+  }
+  throw Error(str("kv cache: cannot store ", dtype_name(type)));
+}
+
+}  // namespace
+
+void KvCache::store(int64_t layer, int64_t slot, const float* k, const float* v) {
+  encode_row(type_, k, kv_dim_, k_row(layer, slot));
+  encode_row(type_, v, kv_dim_, v_row(layer, slot));
+}
+
+void KvCache::load(int64_t layer, int64_t slot, float* k, float* v) const {
+  EFIM_CHECK(layer >= 0 && layer < n_layers_ && slot >= 0 && slot < n_slots_,
+             "kv cache: load of layer ", layer, " slot ", slot, " outside ", n_layers_, " x ",
+             n_slots_);
+  dequantize(this->k(layer) + slot * row_bytes_, kv_dim_, type_, k);
+  dequantize(this->v(layer) + slot * row_bytes_, kv_dim_, type_, v);
 }
 
 void KvCache::copy_slot(int64_t from, int64_t to) {
   EFIM_CHECK(from >= 0 && from < n_slots_ && to >= 0 && to < n_slots_, "kv cache: copy_slot ", from,
              " -> ", to, " outside [0, ", n_slots_, ")");
+  const size_t n = static_cast<size_t>(row_bytes_);
   for (int64_t l = 0; l < n_layers_; ++l) {
-    std::copy_n(k(l) + from * kv_dim_, kv_dim_, k(l) + to * kv_dim_);
-    std::copy_n(v(l) + from * kv_dim_, kv_dim_, v(l) + to * kv_dim_);
+    std::memcpy(k_row(l, to), k_row(l, from), n);
+    std::memcpy(v_row(l, to), v_row(l, from), n);
   }
 }
 
@@ -203,8 +259,8 @@ void Model::interleave_weights() {
 
 // ---------------------------------------------------------------- ContiguousSession
 
-ContiguousSession::ContiguousSession(Model& model, int64_t max_tokens)
-    : model_(model), kv_(KvCache::for_model(model.config(), max_tokens)) {}
+ContiguousSession::ContiguousSession(Model& model, int64_t max_tokens, DType kv_type)
+    : model_(model), kv_(KvCache::for_model(model.config(), max_tokens, kv_type)) {}
 
 std::vector<float> ContiguousSession::eval(const std::vector<int32_t>& tokens, bool all_logits) {
   EFIM_CHECK(!tokens.empty(), "session: eval needs at least one token");

@@ -128,7 +128,7 @@ class Model {
 // Single-sequence helper for `generate`: slot = position in a contiguous KvCache.
 class ContiguousSession {
  public:
-  ContiguousSession(Model& model, int64_t max_tokens);
+  ContiguousSession(Model& model, int64_t max_tokens, DType kv_type = DType::F32);
   // Appends tokens (positions n_past()..), runs one step and returns the logits of the last
   // token [vocab]; with all_logits, of every appended token [tokens.size(), vocab].
   std::vector<float> eval(const std::vector<int32_t>& tokens, bool all_logits = false);

@@ -14,6 +14,7 @@
 #include "backend/cpu/matmul.h"
 #include "base/thread_pool.h"
 #include "model/config.h"
+#include "tensor/dtype.h"
 
 namespace efim::ops {
 
@@ -94,12 +95,15 @@ struct AttentionSeq {
 struct AttentionArgs {
   const float* q = nullptr;      // [n_tokens, q_stride] (n_heads * head_dim used), RoPE applied
   const int32_t* pos = nullptr;  // [n_tokens]
-  const float* k = nullptr;      // [n_slots, n_kv_heads * head_dim] one layer of the cache
-  const float* v = nullptr;      // [n_slots, n_kv_heads * head_dim]
+  // One layer of the cache: [n_slots] rows of n_kv_heads * head_dim values in kv_type (f32,
+  // f16 or q8_0 whose blocks do not straddle heads), read in place.
+  const void* k = nullptr;
+  const void* v = nullptr;
   float* out = nullptr;          // [n_tokens, out_stride] (n_heads * head_dim written)
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   const std::vector<AttentionSeq>* seqs = nullptr;
   int64_t q_stride = 0, out_stride = 0;  // floats between rows; 0: n_heads * head_dim
+  DType kv_type = DType::F32;
 };
 
 // One unit of flash attention work: query heads [h0, h1) (all reading KV head kvh) for the
@@ -123,6 +127,10 @@ struct AttentionScratch {
     std::vector<const float*> q;  // [rows] query row pointers
     std::vector<float*> out;      // [rows] output row pointers
     std::vector<int64_t> last;    // [rows] position of each row's query
+    // Reference over an f16 / q8_0 cache: the unit's K and V rows as f32 [keys, head_dim],
+    // read through ctx = 0, 1, 2, ...
+    std::vector<float> k, v;
+    std::vector<int32_t> ctx;
   };
   std::vector<Thread> per_thread;
   // Flash variant: this step's units (largest first), the units whose keys were split across

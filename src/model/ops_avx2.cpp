@@ -7,12 +7,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "model/ops_internal.h"
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #include "backend/cpu/avx2_helpers.h"
 
 namespace efim::ops::detail {
@@ -169,11 +170,32 @@ namespace {
 
 constexpr int64_t KB = kFlashKeyBlock;
 
+// Values d .. d + 7 of one head's K or V row in the cache's element type T, as f32. Q8_0:
+// head_dim is whole 32-value blocks, so the 8 values lie in block d / 32 (f16 scale, then
+// 32 int8).
+template <DType T>
+inline __m256 load8(const uint8_t* row, int64_t d) {
+  if constexpr (T == DType::F32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + d);
+  } else if constexpr (T == DType::F16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * d)));
+  } else {
+    static_assert(T == DType::Q8_0);
+    const uint8_t* b = row + (d >> 5) * 34;
+    uint16_t h;
+    std::memcpy(&h, b, 2);
+    const __m256 scale = _mm256_set1_ps(_cvtsh_ss(h));
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + (d & 31)));
+    return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+  }
+}
+
 // Kt[d, j] = K[j, d] for 8 keys and 8 dimensions.
-inline void transpose8x8(const float* const* rows, int64_t d, float* kt, int64_t j) {
+template <DType T>
+inline void transpose8x8(const uint8_t* const* rows, int64_t d, float* kt, int64_t j) {
   __m256 r[8];
 #pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(rows[i] + d);
+  for (int i = 0; i < 8; ++i) r[i] = load8<T>(rows[i], d);
   cpu::transpose8x8(r);
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (d + i) * KB + j, r[i]);
@@ -207,8 +229,8 @@ inline void score_tile(const float* Q, const float* Kt, float* S, int64_t r0, in
 }
 
 // O[r] = O[r] * corr[r] + sum_j P[r, j] V[j] for NR rows, NC * 8 dimensions per pass.
-template <int NR, int NC>
-inline void value_tile(const float* P, const float* const* vrow, int64_t nb, const float* corr,
+template <DType T, int NR, int NC>
+inline void value_tile(const float* P, const uint8_t* const* vrow, int64_t nb, const float* corr,
                        float* O, int64_t r0, int64_t hd) {
   for (int64_t c0 = 0; c0 < hd; c0 += NC * 8) {
     __m256 acc[NR][NC];
@@ -222,7 +244,7 @@ inline void value_tile(const float* P, const float* const* vrow, int64_t nb, con
     for (int64_t j = 0; j < nb; ++j) {
       __m256 v[NC];
 #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) v[c] = _mm256_loadu_ps(vrow[j] + c0 + 8 * c);
+      for (int c = 0; c < NC; ++c) v[c] = load8<T>(vrow[j], c0 + 8 * c);
 #pragma GCC unroll 8
       for (int i = 0; i < NR; ++i) {
         const __m256 p = _mm256_broadcast_ss(P + (r0 + i) * KB + j);
@@ -251,20 +273,21 @@ inline void block_scores(const float* Q, const float* Kt, float* S, int64_t firs
   }
 }
 
-inline void block_values(const float* P, const float* const* vrow, int64_t nb, const float* corr,
-                         float* O, int64_t first, int64_t R, int64_t hd) {
+template <DType T>
+inline void block_values(const float* P, const uint8_t* const* vrow, int64_t nb,
+                         const float* corr, float* O, int64_t first, int64_t R, int64_t hd) {
   int64_t r = first;
-  for (; r + 4 <= R; r += 4) value_tile<4, 2>(P, vrow, nb, corr, O, r, hd);
+  for (; r + 4 <= R; r += 4) value_tile<T, 4, 2>(P, vrow, nb, corr, O, r, hd);
   const int64_t rest = R - r;
   if (rest == 3) {
-    value_tile<3, 2>(P, vrow, nb, corr, O, r, hd);
+    value_tile<T, 3, 2>(P, vrow, nb, corr, O, r, hd);
   } else if (rest == 2) {
-    if (hd % 32 == 0) value_tile<2, 4>(P, vrow, nb, corr, O, r, hd);
-    else value_tile<2, 2>(P, vrow, nb, corr, O, r, hd);
+    if (hd % 32 == 0) value_tile<T, 2, 4>(P, vrow, nb, corr, O, r, hd);
+    else value_tile<T, 2, 2>(P, vrow, nb, corr, O, r, hd);
   } else if (rest == 1) {
-    if (hd % 64 == 0) value_tile<1, 8>(P, vrow, nb, corr, O, r, hd);
-    else if (hd % 32 == 0) value_tile<1, 4>(P, vrow, nb, corr, O, r, hd);
-    else value_tile<1, 2>(P, vrow, nb, corr, O, r, hd);
+    if (hd % 64 == 0) value_tile<T, 1, 8>(P, vrow, nb, corr, O, r, hd);
+    else if (hd % 32 == 0) value_tile<T, 1, 4>(P, vrow, nb, corr, O, r, hd);
+    else value_tile<T, 1, 2>(P, vrow, nb, corr, O, r, hd);
   }
 }
 
@@ -309,15 +332,18 @@ struct FlashTiles {
   }
 };
 
-const float kZeroRow[kFlashMaxHeadDim] = {};
+// A padding key: zero bytes are 0 in every element type (q8_0: scale 0).
+alignas(64) const uint8_t kZeroRow[kFlashMaxHeadDim * sizeof(float)] = {};
 
 }  // namespace
 
-void flash_unit_avx2(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial) {
+template <DType T>
+void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial) {
   const int64_t hd = a.head_dim, n_h = u.h1 - u.h0, R = u.rows();
   const int64_t qs = a.q_stride ? a.q_stride : a.n_heads * hd;
   const int64_t os = a.out_stride ? a.out_stride : a.n_heads * hd;
-  const int64_t kvs = a.n_kv_heads * hd;
+  const int64_t row_bytes = int64_t(dtype_row_bytes(T, uint64_t(a.n_kv_heads * hd)));
+  const int64_t head_bytes = int64_t(dtype_row_bytes(T, uint64_t(u.kvh * hd)));
   FlashTiles w(work, R, hd);
   int64_t last[kFlashMaxRows];  // position of each row's query: its last visible key
   float* out[kFlashMaxRows];
@@ -335,24 +361,24 @@ void flash_unit_avx2(const AttentionArgs& a, const FlashUnit& u, float* work, fl
     w.l[r] = 0;
   }
   const int64_t k_end = u.k1 < last[R - 1] + 1 ? u.k1 : last[R - 1] + 1;
-  const float* kbase = a.k + u.kvh * hd;
-  const float* vbase = a.v + u.kvh * hd;
-  const float* krow[KB];
-  const float* vrow[KB];
+  const uint8_t* kbase = static_cast<const uint8_t*>(a.k) + head_bytes;
+  const uint8_t* vbase = static_cast<const uint8_t*>(a.v) + head_bytes;
+  const uint8_t* krow[KB];
+  const uint8_t* vrow[KB];
   int64_t first = 0;  // rows [0, first) see no key from kb0 on
   for (int64_t kb0 = u.k0; kb0 < k_end; kb0 += KB) {
     const int64_t nb = k_end - kb0 < KB ? k_end - kb0 : KB;
     while (last[first] < kb0) ++first;  // the last row always sees kb0 < k_end
     for (int64_t j = 0; j < KB; ++j) {  // padding keys: zero rows, masked below
       const int64_t slot = j < nb ? u.seq->ctx[kb0 + j] : -1;
-      krow[j] = slot >= 0 ? kbase + slot * kvs : kZeroRow;
-      vrow[j] = slot >= 0 ? vbase + slot * kvs : kZeroRow;
+      krow[j] = slot >= 0 ? kbase + slot * row_bytes : kZeroRow;
+      vrow[j] = slot >= 0 ? vbase + slot * row_bytes : kZeroRow;
     }
     for (int64_t j = 0; j < KB; j += 8)
-      for (int64_t d = 0; d < hd; d += 8) transpose8x8(krow + j, d, w.Kt, j);
+      for (int64_t d = 0; d < hd; d += 8) transpose8x8<T>(krow + j, d, w.Kt, j);
     block_scores(w.Q, w.Kt, w.S, first, R, hd);
     block_softmax(w.S, last, first, R, kb0, nb, w.m, w.l, w.corr);
-    block_values(w.S, vrow, nb, w.corr, w.O, first, R, hd);
+    block_values<T>(w.S, vrow, nb, w.corr, w.O, first, R, hd);
   }
   if (u.partial >= 0) {  // (m, l, O) per row, merged with the other key ranges later
     float* p = partial + u.partial;
@@ -367,6 +393,14 @@ void flash_unit_avx2(const AttentionArgs& a, const FlashUnit& u, float* work, fl
     const __m256 inv = _mm256_set1_ps(1.0f / w.l[r]);
     for (int64_t d = 0; d < hd; d += 8)
       _mm256_storeu_ps(out[r] + d, _mm256_mul_ps(_mm256_loadu_ps(w.O + r * hd + d), inv));
+  }
+}
+
+void flash_unit_avx2(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial) {
+  switch (a.kv_type) {
+    case DType::F16: return flash_unit<DType::F16>(a, u, work, partial);
+    case DType::Q8_0: return flash_unit<DType::Q8_0>(a, u, work, partial);
+    default: return flash_unit<DType::F32>(a, u, work, partial);
   }
 }
 

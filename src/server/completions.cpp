@@ -45,7 +45,7 @@ PromptField parse_prompt(const json& body, int32_t vocab, bool infill) {
     return p;
   }
   EFIM_CHECK(it->is_array(), "field 'prompt' must be a string or a list of token ids, got ",
-             it->type_name());
+             http::describe(*it));
   EFIM_CHECK(!infill, "field 'prompt' must be a string when 'suffix' is given (the server "
              "builds the infill layout), got a list");
   EFIM_CHECK(!it->empty(), "field 'prompt' is an empty list of token ids");
@@ -53,7 +53,7 @@ PromptField parse_prompt(const json& body, int32_t vocab, bool infill) {
   for (size_t i = 0; i < it->size(); ++i) {
     const json& t = (*it)[i];
     EFIM_CHECK(t.is_number_integer(), "field 'prompt': element ", i,
-               " must be an integer token id, got ", t.type_name());
+               " must be an integer token id, got ", http::describe(t));
     const bool in_range = t.is_number_unsigned() ? t.get<uint64_t>() < uint64_t(vocab)
                                                  : t.get<int64_t>() >= 0 &&
                                                        t.get<int64_t>() < vocab;
@@ -269,6 +269,7 @@ void add_completion_routes(Server::Impl& s) {
     guarded(res, [&] {
       SlotPtr slot = s.admit();  // held until the response is complete
       CompletionJob job = parse_completion(s, http::parse_body(req.body));
+      s.hold_tokens(*slot, int64_t(job.request.prompt.size()), "prompt");
       if (job.stream)
         respond_stream(s, std::move(job), std::move(slot), res);
       else

@@ -26,7 +26,7 @@ bool is_identity_stage(const std::string& lower) {
 std::vector<SamplerStage> parse_stage_names(const json& names) {
   std::vector<SamplerStage> out;
   for (const json& n : names) {
-    EFIM_CHECK(n.is_string(), "field 'samplers' must hold sampler names, got ", n.type_name());
+    EFIM_CHECK(n.is_string(), "field 'samplers' must hold sampler names, got ", http::describe(n));
     std::string lower = n.get<std::string>();
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return char(std::tolower(c)); });
@@ -78,7 +78,7 @@ std::vector<SamplerStage> parse_samplers(const json& body) {
   if (it == body.end() || it->is_null()) return {};
   if (it->is_string()) return parse_stage_chars(it->get<std::string>());
   EFIM_CHECK(it->is_array(), "field 'samplers' must be a list of names or a string, got ",
-             it->type_name());
+             http::describe(*it));
   return parse_stage_names(*it);
 }
 
@@ -124,10 +124,10 @@ std::vector<std::string> parse_stops(const json& body, const char* field) {
   if (it == body.end() || it->is_null()) return {};
   if (it->is_string()) return {it->get<std::string>()};
   EFIM_CHECK(it->is_array(), "field '", field, "' must be a string or a list of strings, got ",
-             it->type_name());
+             http::describe(*it));
   std::vector<std::string> out;
   for (const json& s : *it) {
-    EFIM_CHECK(s.is_string(), "field '", field, "' must hold strings only, got ", s.type_name());
+    EFIM_CHECK(s.is_string(), "field '", field, "' must hold strings only, got ", http::describe(s));
     out.push_back(s.get<std::string>());
   }
   return out;

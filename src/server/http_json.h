@@ -22,6 +22,10 @@ std::optional<bool> get_bool(const json& j, const char* field);
 std::optional<double> get_number(const json& j, const char* field);
 std::optional<int64_t> get_int(const json& j, const char* field, int64_t lo, int64_t hi);
 
+// A client's value as an error message quotes it: its JSON type and text, cut to 64 bytes
+// (`string "abc"`, `array [1,2]`).
+std::string describe(const json& v);
+
 // {"error": {"message", "type", "code"}}; an empty code is written as null.
 std::string error_body(const std::string& message, const std::string& type,
                        const std::string& code = {});

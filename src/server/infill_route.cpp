@@ -14,10 +14,10 @@ using http::json;
 std::vector<ExtraChunk> parse_extra(const json& body) {
   auto it = body.find("input_extra");
   if (it == body.end() || it->is_null()) return {};
-  EFIM_CHECK(it->is_array(), "field 'input_extra' must be a list, got ", it->type_name());
+  EFIM_CHECK(it->is_array(), "field 'input_extra' must be a list, got ", http::describe(*it));
   std::vector<ExtraChunk> out;
   for (const json& c : *it) {
-    EFIM_CHECK(c.is_object(), "field 'input_extra' must hold objects, got ", c.type_name());
+    EFIM_CHECK(c.is_object(), "field 'input_extra' must hold objects, got ", http::describe(c));
     ExtraChunk e;
     e.filename = http::get_string(c, "filename").value_or("");
     e.text = http::get_string(c, "text").value_or("");
@@ -77,7 +77,9 @@ void add_infill_routes(Server::Impl& s) {
   s.http.Post("/infill", [&s](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       SlotPtr slot = s.admit();  // held until the response is complete
-      respond_native(s, parse_infill(s, http::parse_body(req.body)), std::move(slot), res);
+      NativeJob job = parse_infill(s, http::parse_body(req.body));
+      s.hold_tokens(*slot, int64_t(job.request.prompt.size()), "the infill prompt");
+      respond_native(s, std::move(job), std::move(slot), res);
     });
   });
 }

@@ -27,7 +27,7 @@ std::vector<int32_t> tokenize_mixed(const Tokenizer& tok, const json& content, b
       return;
     }
     EFIM_CHECK(p.is_number_integer(), "field '", field, "': element ", i,
-               " must be a string or a token id, got ", p.type_name());
+               " must be a string or a token id, got ", http::describe(p));
     const bool in_range = p.is_number_unsigned()
                               ? p.get<uint64_t>() < uint64_t(tok.vocab_size())
                               : p.get<int64_t>() >= 0 && p.get<int64_t>() < tok.vocab_size();
@@ -40,7 +40,7 @@ std::vector<int32_t> tokenize_mixed(const Tokenizer& tok, const json& content, b
     return out;
   }
   EFIM_CHECK(content.is_array(), "field '", field,
-             "' must be a string or a list of strings and token ids, got ", content.type_name());
+             "' must be a string or a list of strings and token ids, got ", http::describe(content));
   // llama.cpp reads a list of lists (or of strings only, beyond one) as several prompts.
   const bool several = content.size() > 1 && std::all_of(content.begin(), content.end(),
                                                           [](const json& x) { return x.is_string(); });
@@ -119,15 +119,17 @@ void add_llama_routes(Server::Impl& s) {
   s.http.Post("/completion", [&s](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       SlotPtr slot = s.admit();
-      respond_native(s, parse_completion_native(s, http::parse_body(req.body)), std::move(slot),
-                     res);
+      NativeJob job = parse_completion_native(s, http::parse_body(req.body));
+      s.hold_tokens(*slot, int64_t(job.request.prompt.size()), "prompt");
+      respond_native(s, std::move(job), std::move(slot), res);
     });
   });
   s.http.Post("/completions", [&s](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       SlotPtr slot = s.admit();
-      respond_native(s, parse_completion_native(s, http::parse_body(req.body)), std::move(slot),
-                     res);
+      NativeJob job = parse_completion_native(s, http::parse_body(req.body));
+      s.hold_tokens(*slot, int64_t(job.request.prompt.size()), "prompt");
+      respond_native(s, std::move(job), std::move(slot), res);
     });
   });
   s.http.Get("/props", [&s](const httplib::Request&, httplib::Response& res) {
@@ -157,7 +159,7 @@ void add_llama_routes(Server::Impl& s) {
       std::vector<int32_t> ids;
       if (auto it = body.find("tokens"); it != body.end() && !it->is_null()) {
         EFIM_CHECK(it->is_array(), "field 'tokens' must be a list of token ids, got ",
-                   it->type_name());
+                   http::describe(*it));
         EFIM_CHECK(std::none_of(it->begin(), it->end(), [](const json& x) { return x.is_string(); }),
                    "field 'tokens' must hold token ids only");
         ids = tokenize_mixed(s.tok, *it, false, false, "tokens");

@@ -12,10 +12,10 @@ using http::json;
 std::vector<std::string> parse_response_fields(const json& body) {
   auto it = body.find("response_fields");
   if (it == body.end() || it->is_null()) return {};
-  EFIM_CHECK(it->is_array(), "field 'response_fields' must be a list, got ", it->type_name());
+  EFIM_CHECK(it->is_array(), "field 'response_fields' must be a list, got ", http::describe(*it));
   std::vector<std::string> out;
   for (const json& f : *it) {
-    EFIM_CHECK(f.is_string(), "field 'response_fields' must hold strings, got ", f.type_name());
+    EFIM_CHECK(f.is_string(), "field 'response_fields' must hold strings, got ", http::describe(f));
     out.push_back(f.get<std::string>());
   }
   return out;

@@ -170,18 +170,20 @@ GenerateOptions parse_options(const json& body, int32_t vocab) {
   o.sampling.seed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
   auto it = body.find("options");
   if (it == body.end() || it->is_null()) return o;
-  EFIM_CHECK(it->is_object(), "options must be an object, got ", it->type_name());
+  EFIM_CHECK(it->is_object(), "options must be an object, got ", http::describe(*it));
   const json& opt = *it;
   auto number = [&](const char* key) -> std::optional<double> {
     auto v = opt.find(key);
     if (v == opt.end() || v->is_null()) return std::nullopt;
-    EFIM_CHECK(v->is_number(), "option \"", key, "\" must be of type float32");
+    EFIM_CHECK(v->is_number(), "option \"", key, "\" must be of type float32, got ",
+               http::describe(*v));
     return v->get<double>();
   };
   auto integer = [&](const char* key) -> std::optional<int64_t> {
     auto v = opt.find(key);
     if (v == opt.end() || v->is_null()) return std::nullopt;
-    EFIM_CHECK(v->is_number(), "option \"", key, "\" must be of type integer");
+    EFIM_CHECK(v->is_number(), "option \"", key, "\" must be of type integer, got ",
+               http::describe(*v));
     return int64_t(v->get<double>());  // Ollama truncates a float
   };
   if (auto v = number("temperature")) o.sampling.temperature = float(*v);
@@ -195,9 +197,10 @@ GenerateOptions parse_options(const json& body, int32_t vocab) {
     o.num_ctx = *v;
   }
   if (auto v = opt.find("stop"); v != opt.end() && !v->is_null()) {
-    EFIM_CHECK(v->is_array(), "option \"stop\" must be of type array");
+    EFIM_CHECK(v->is_array(), "option \"stop\" must be of type array, got ", http::describe(*v));
     for (const json& x : *v) {
-      EFIM_CHECK(x.is_string(), "option \"stop\" must be of an array of strings");
+      EFIM_CHECK(x.is_string(), "option \"stop\" must be of an array of strings, got ",
+                 http::describe(x));
       o.stop.push_back(x.get<std::string>());
     }
   }
@@ -219,17 +222,18 @@ std::optional<double> parse_keep_alive(const json& body) {
   auto it = body.find("keep_alive");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (it->is_number()) return it->get<double>();
-  EFIM_CHECK(it->is_string(), "Unsupported type: '", it->type_name(), "'");
+  EFIM_CHECK(it->is_string(), "field 'keep_alive': unsupported type: ", http::describe(*it));
   const std::string v = it->get<std::string>();
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
-  EFIM_CHECK(end != v.c_str() && *end != '\0', "time: missing unit in duration \"", v, "\"");
+  EFIM_CHECK(end != v.c_str() && *end != '\0',
+             "field 'keep_alive': time: missing unit in duration \"", v, "\"");
   const std::string unit(end);
   static const std::pair<const char*, double> kUnits[] = {
       {"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}};
   for (const auto& [u, scale] : kUnits)
     if (unit == u) return x * scale;
-  throw Error(str("time: unknown unit \"", unit, "\" in duration \"", v, "\""));
+  throw Error(str("field 'keep_alive': time: unknown unit \"", unit, "\" in duration \"", v, "\""));
 }
 
 GenerateJob parse_generate(Server::Impl& s, const json& body, std::optional<double>& keep_alive) {
@@ -425,6 +429,7 @@ void add_ollama_routes(Server::Impl& s) {
       }
       SlotPtr slot = s.admit();
       if (job.healing_from != std::string::npos) heal_prompt(s, job.request, job.healing_from);
+      s.hold_tokens(*slot, int64_t(job.request.prompt.size()), "prompt");
       respond_generate(s, std::move(job), std::move(slot), res);
     });
   });

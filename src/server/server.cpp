@@ -102,12 +102,35 @@ InfillCounts Server::Impl::infill_snapshot() {
 SlotPtr Server::Impl::admit() {
   const int limit = opt.max_concurrent_requests;
   const int before = in_flight.fetch_add(1);
-  if (before < limit) return std::make_shared<InFlightSlot>(in_flight);
+  if (before < limit) return std::make_shared<InFlightSlot>(in_flight, tokens_in_flight);
   in_flight.fetch_sub(1);
   ++rejected_overload;
   throw HttpError(503,
                   str("server overloaded: ", before, " generation requests in flight, the limit is ",
                       limit, " (efim serve --max-requests); retry later"),
+                  "server_overloaded", "overloaded", 1);
+}
+
+void Server::Impl::hold_tokens(InFlightSlot& slot, int64_t n_tokens, const char* field) {
+  EFIM_CHECK(slot.held_ == 0, "hold_tokens: the slot already holds ", slot.held_, " tokens");
+  const int64_t cap = opt.max_tokens_in_flight;
+  if (cap <= 0 || n_tokens <= 0) return;
+  if (n_tokens > cap)
+    throw HttpError(413,
+                    str(field, " is ", n_tokens, " tokens, more than the server holds in flight "
+                        "at once (", cap, ", efim serve --max-tokens-in-flight)"),
+                    "invalid_request_error", "prompt_too_large");
+  const int64_t before = tokens_in_flight.fetch_add(n_tokens);
+  if (before + n_tokens <= cap) {
+    slot.held_ = n_tokens;
+    return;
+  }
+  tokens_in_flight.fetch_sub(n_tokens);
+  ++rejected_overload;
+  throw HttpError(503,
+                  str("server overloaded: ", before, " prompt tokens in flight and ", field,
+                      " needs ", n_tokens, ", the cap is ", cap,
+                      " (efim serve --max-tokens-in-flight); retry later"),
                   "server_overloaded", "overloaded", 1);
 }
 

@@ -46,6 +46,9 @@ struct ServerOptions {
   size_t max_buffered_bytes = size_t(256) << 20;  // request bytes held at once; past it 503
   // Generation requests (completions, infill) in flight at most; one more answers 503.
   int max_concurrent_requests = 64;
+  // Prompt tokens of the generation requests in flight at most (0: no cap). A request whose
+  // prompt does not fit beside them answers 503, one over the cap by itself 413.
+  int64_t max_tokens_in_flight = 0;
 };
 
 class Server {

@@ -44,18 +44,27 @@ struct HttpError : std::runtime_error {
 // given back once: by release() when the engine request has ended (before the last bytes go
 // out, so a client that saw the end can send the next request at once), or at destruction
 // (the request failed, or the client left before streaming began).
+// The slot also holds the request's prompt tokens under ServerOptions.max_tokens_in_flight
+// (Server::Impl::hold_tokens) and gives them back with the place.
 class InFlightSlot {
  public:
-  explicit InFlightSlot(std::atomic<int>& count) : count_(count) {}
+  InFlightSlot(std::atomic<int>& count, std::atomic<int64_t>& tokens)
+      : count_(count), tokens_(tokens) {}
   ~InFlightSlot() { release(); }
   InFlightSlot(const InFlightSlot&) = delete;
   InFlightSlot& operator=(const InFlightSlot&) = delete;
   void release() {
-    if (!released_.exchange(true)) count_.fetch_sub(1);
+    if (released_.exchange(true)) return;
+    count_.fetch_sub(1);
+    tokens_.fetch_sub(held_);
   }
+  int64_t held() const { return held_; }
 
  private:
+  friend struct Server::Impl;
   std::atomic<int>& count_;
+  std::atomic<int64_t>& tokens_;
+  int64_t held_ = 0;  // prompt tokens counted in tokens_ (set once, before release can run)
   std::atomic<bool> released_{false};
 };
 using SlotPtr = std::shared_ptr<InFlightSlot>;
@@ -80,6 +89,7 @@ struct Server::Impl {
   std::mutex planner_mu;
   InfillCounts infill_counts;  // planner_mu
   std::atomic<int> in_flight{0};  // generation requests holding an InFlightSlot
+  std::atomic<int64_t> tokens_in_flight{0};  // prompt tokens those requests hold
   std::atomic<int64_t> rejected_overload{0};
   std::string infill_error;
   std::vector<int32_t> infill_stops;
@@ -103,6 +113,10 @@ struct Server::Impl {
   size_t max_token_bytes = 1;
   // A place for one more generation request; throws HttpError 503 when all are taken.
   SlotPtr admit();
+  // Counts n_tokens prompt tokens against ServerOptions.max_tokens_in_flight until the slot is
+  // released: a prompt longer than the cap itself gets 413, one that does not fit beside the
+  // requests in flight 503 (retry later). Call once per slot, before submitting to the engine.
+  void hold_tokens(InFlightSlot& slot, int64_t n_tokens, const char* field);
 };
 
 // What ended a text early, if a TextFilter did.

@@ -29,7 +29,7 @@ check() {
     $tol --max-argmax-mismatch "$mism" --label "$name logits" || failures=$((failures + 1))
   if [ "$greedy" = yes ]; then
     local a b
-    a=$("$EFIM" generate "$gguf" --prompt-ids "$ids" -n 64 --ids --ignore-eos -t 2 2>/dev/null)
+    a=$("$EFIM" generate "$gguf" --prompt-ids "$ids" -n 64 --ids --ignore-eos -t 2 --kv-type f32 2>/dev/null)
     b=$("$REF" greedy "$gguf" --tokens "$ids" --n 64 --threads 2 2>/dev/null)
     if [ "$a" = "$b" ]; then
       echo "$name greedy: 64 tokens identical -> ok"

@@ -59,7 +59,7 @@ expect_types() {
 greedy() {
   local label=$1 gguf=$2 ids=$3
   local a b
-  a=$("$EFIM" generate "$gguf" --prompt-ids "$ids" -n 16 --ids --ignore-eos -t 2 2>/dev/null)
+  a=$("$EFIM" generate "$gguf" --prompt-ids "$ids" -n 16 --ids --ignore-eos -t 2 --kv-type f32 2>/dev/null)
   b=$("$REF" greedy "$gguf" --tokens "$ids" --n 16 --threads 2 2>/dev/null)
   if [ "$a" = "$b" ]; then echo "$label greedy: 16 tokens identical -> ok"; return; fi
   read -r -a ea <<<"$a"

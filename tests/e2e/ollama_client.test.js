@@ -68,7 +68,7 @@ async function ndjson(body, headers = {}) {
     check(e.status_code === 404 && /model 'nope:latest' not found/.test(e.error), `show unknown: ${e.status_code} ${e.error}`);
   }
   const bad = await ndjson({ model: "efim-tiny", prompt: "x", options: { temperature: "hot" }, stream: false });
-  check(bad.status === 400 && JSON.parse(bad.text).error === 'option "temperature" must be of type float32',
+  check(bad.status === 400 && JSON.parse(bad.text).error === 'option "temperature" must be of type float32, got string "hot"',
         `a bad option: ${bad.status} ${bad.text}`);
   const loaded = await ollama.generate({ model: "efim-tiny", prompt: "" });
   check(loaded.done && loaded.done_reason === "load", "an empty prompt loads the model");

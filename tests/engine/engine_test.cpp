@@ -41,8 +41,9 @@ class EngineTest : public ::testing::Test {
   void SetUp() override { ASSERT_NE(model_, nullptr) << "tiny model missing"; }
 
   // Greedy decoding of n tokens with the single-sequence reference path.
-  static std::vector<int32_t> reference(const std::vector<int32_t>& prompt, int32_t n) {
-    ContiguousSession s(*ref_model_, 128);
+  static std::vector<int32_t> reference(const std::vector<int32_t>& prompt, int32_t n,
+                                        DType kv = DType::F32) {
+    ContiguousSession s(*ref_model_, 128, kv);
     std::vector<int32_t> out;
     std::vector<float> logits = s.eval(prompt);
     for (int32_t i = 0; i < n; ++i) {
@@ -96,7 +97,7 @@ class EngineTest : public ::testing::Test {
   // Submits all requests at once and checks every output against the reference. With a gate,
   // a 2-token opener request runs first and the others are queued while the gate holds.
   static std::vector<RequestResult> run_batch(Engine& e, const std::vector<Request>& reqs,
-                                              StartGate* gate = nullptr) {
+                                              StartGate* gate = nullptr, DType kv = DType::F32) {
     std::shared_ptr<RequestStream> opener;
     if (gate) {
       opener = e.submit(greedy(prompt(3, 99), 2));
@@ -106,13 +107,13 @@ class EngineTest : public ::testing::Test {
     for (const Request& r : reqs) streams.push_back(e.submit(r));
     if (gate) {
       gate->go.set_value();
-      EXPECT_EQ(opener->wait().tokens, reference(prompt(3, 99), 2));
+      EXPECT_EQ(opener->wait().tokens, reference(prompt(3, 99), 2, kv));
     }
     std::vector<RequestResult> results;
     for (size_t i = 0; i < reqs.size(); ++i) {
       results.push_back(streams[i]->wait());
       EXPECT_EQ(results[i].finish, FinishReason::length) << "request " << i;
-      EXPECT_EQ(results[i].tokens, reference(reqs[i].prompt, reqs[i].max_tokens))
+      EXPECT_EQ(results[i].tokens, reference(reqs[i].prompt, reqs[i].max_tokens, kv))
           << "request " << i;
     }
     return results;
@@ -183,6 +184,33 @@ TEST_F(EngineTest, SharedPrefixIsReusedWithTheSameOutput) {
   KvStats st = e.kv_stats();
   EXPECT_EQ(st.prefix_hit_tokens, 18 + static_cast<int64_t>(b.size()) - 1);
   e.check_invariants();
+}
+
+// An f16 K/V cache (efim serve's default): batched, chunked, with a prefix reused from the
+// cache through a copied block, the engine equals ContiguousSession on an f16 cache token for
+// token, and a block holds twice the tokens of f32 in the same bytes.
+TEST_F(EngineTest, F16KvCacheMatchesTheSessionOnF16) {
+  EngineOptions o = options(7, 64, 4);
+  o.kv_type = DType::F16;
+  StartGate gate;
+  Engine e(*model_, gate.attach(o));
+  std::vector<int32_t> a = prompt(26, 11);
+  run_batch(e, {greedy(a, 12), greedy(prompt(19, 12), 9), greedy(prompt(4, 13), 14)}, &gate,
+            DType::F16);
+  std::vector<int32_t> b(a.begin(), a.begin() + 18);  // diverges inside a block: copied
+  for (int32_t t : prompt(5, 14)) b.push_back(t);
+  RequestResult rb = run_batch(e, {greedy(b, 10)}, nullptr, DType::F16)[0];
+  EXPECT_EQ(rb.n_cached, 18);
+  e.check_invariants();
+  const ModelConfig& c = model_->config();
+  EXPECT_EQ(2 * Engine::kv_bytes_per_token(c, DType::F16),
+            Engine::kv_bytes_per_token(c, DType::F32));
+  EngineOptions budget;
+  budget.kv_cache_bytes = 1 << 20;
+  budget.kv_type = DType::F32;
+  const int64_t f32_slots = Engine(*model_, budget).kv_slots();
+  budget.kv_type = DType::F16;
+  EXPECT_EQ(Engine(*model_, budget).kv_slots(), 2 * f32_slots);
 }
 
 TEST_F(EngineTest, CancelMidGenerationFreesTheSequence) {

@@ -394,6 +394,8 @@ TEST(Rope, PermutedRowsWithInterleavedPairsMatchRotateHalf) {
 std::vector<double> naive_attention(const ops::AttentionArgs& a) {
   const int64_t hd = a.head_dim, qs = a.n_heads * hd, kvs = a.n_kv_heads * hd;
   const int64_t group = a.n_heads / a.n_kv_heads;
+  const auto* K = static_cast<const float*>(a.k);  // f32 cache
+  const auto* V = static_cast<const float*>(a.v);
   std::vector<double> out;
   size_t n_tok = 0;
   for (const auto& s : *a.seqs) n_tok += s.tokens.size();
@@ -407,7 +409,7 @@ std::vector<double> naive_attention(const ops::AttentionArgs& a) {
         for (int64_t j = 0; j < n; ++j) {
           double d = 0;
           for (int64_t i = 0; i < hd; ++i)
-            d += static_cast<double>(a.q[t * qs + h * hd + i]) * a.k[s.ctx[j] * kvs + kvh * hd + i];
+            d += static_cast<double>(a.q[t * qs + h * hd + i]) * K[s.ctx[j] * kvs + kvh * hd + i];
           sc[j] = d / std::sqrt(static_cast<double>(hd));
           m = std::max(m, sc[j]);
         }
@@ -415,7 +417,7 @@ std::vector<double> naive_attention(const ops::AttentionArgs& a) {
         for (double& v : sc) sum += (v = std::exp(v - m));
         for (int64_t j = 0; j < n; ++j)
           for (int64_t i = 0; i < hd; ++i)
-            out[t * qs + h * hd + i] += sc[j] / sum * a.v[s.ctx[j] * kvs + kvh * hd + i];
+            out[t * qs + h * hd + i] += sc[j] / sum * V[s.ctx[j] * kvs + kvh * hd + i];
       }
     }
   }

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "base/error.h"
+#include "model/batch.h"
 #include "model/ops.h"
 
 namespace efim {
@@ -142,13 +145,15 @@ struct AttnCase {
   std::vector<int64_t> ctx_len, new_tokens;
   int threads;
   bool strided = false;  // q/out rows inside wider rows (the fused projection layout)
+  DType kv = DType::F32;  // the cache's element type
 };
 
 struct AttnData {
   std::vector<std::vector<int32_t>> slots;
   std::vector<ops::AttentionSeq> seqs;
   std::vector<int32_t> pos;
-  std::vector<float> q, k, v;
+  std::vector<float> q, k, v;  // k, v: the values the cache holds, as f32
+  std::vector<uint8_t> kb, vb;  // the cache in its element type
   ops::AttentionArgs args;
 };
 
@@ -178,8 +183,19 @@ void make_case(const AttnCase& c, AttnData& d, uint32_t seed) {
   d.q = normal(d.pos.size() * static_cast<size_t>(q_stride), 2, seed + 1);
   d.k = normal(static_cast<size_t>(n_slots * kvs), 1, seed + 2);
   d.v = normal(static_cast<size_t>(n_slots * kvs), 1, seed + 3);
-  d.args = ops::AttentionArgs{d.q.data(), d.pos.data(), d.k.data(), d.v.data(), nullptr,
+  // The cache in c.kv: rows rounded to f16 / quantized to q8_0 as KvCache::store does; the
+  // f32 copies become what the cache holds, so every variant has the same exact answer.
+  KvCache cache(1, n_slots, kvs, c.kv);
+  for (int64_t slot = 0; slot < n_slots; ++slot) {
+    cache.store(0, slot, &d.k[slot * kvs], &d.v[slot * kvs]);
+    cache.load(0, slot, &d.k[slot * kvs], &d.v[slot * kvs]);
+  }
+  const size_t layer_bytes = static_cast<size_t>(n_slots * cache.row_bytes());
+  d.kb.assign(cache.k(0), cache.k(0) + layer_bytes);
+  d.vb.assign(cache.v(0), cache.v(0) + layer_bytes);
+  d.args = ops::AttentionArgs{d.q.data(), d.pos.data(), d.kb.data(), d.vb.data(), nullptr,
                               c.n_heads, c.n_kv, c.hd, &d.seqs};
+  d.args.kv_type = c.kv;
   if (c.strided) {
     d.args.q_stride = q_stride;
     d.args.out_stride = q_stride;
@@ -246,8 +262,10 @@ void check_flash(const AttnCase& c) {
     worst_flash = std::max(worst_flash, std::fabs(flash[i] - want[i]));
     worst_ref = std::max(worst_ref, std::fabs(ref[i] - want[i]));
   }
-  EXPECT_LT(worst_flash, 2e-5) << "heads " << c.n_heads << "/" << c.n_kv << " hd " << c.hd;
-  EXPECT_LT(worst_ref, 2e-5) << "heads " << c.n_heads << "/" << c.n_kv << " hd " << c.hd;
+  EXPECT_LT(worst_flash, 2e-5) << "heads " << c.n_heads << "/" << c.n_kv << " hd " << c.hd
+                               << " kv " << dtype_name(c.kv);
+  EXPECT_LT(worst_ref, 2e-5) << "heads " << c.n_heads << "/" << c.n_kv << " hd " << c.hd
+                             << " kv " << dtype_name(c.kv);
 }
 
 TEST(FlashAttention, PrefillGqaMatchesReference) {
@@ -270,6 +288,77 @@ TEST(FlashAttention, LongContextDecodeSplitsKeys) {
   check_flash({6, 2, 64, {2048}, {1}, 2});     // keys split across threads, merged
   check_flash({12, 4, 64, {1500}, {1}, 4});    // uneven pieces
   check_flash({4, 1, 64, {700, 900}, {1, 2}, 2});
+}
+
+// f16 and q8_0 caches read in place: flash (AVX2 + F16C) and the reference (which widens the
+// unit's rows first) against the direct computation on the values the cache holds.
+TEST(FlashAttention, F16AndQ8_0CachesMatchReference) {
+  need_avx2();
+  for (DType kv : {DType::F16, DType::Q8_0}) {
+    AttnCase prefill{6, 2, 64, {256}, {256}, 2};
+    prefill.kv = kv;
+    check_flash(prefill);
+    AttnCase mixed{6, 2, 64, {100, 7, 65}, {36, 7, 1}, 2, true};
+    mixed.kv = kv;
+    check_flash(mixed);
+    AttnCase decode{4, 2, 128, {64, 129}, {1, 1}, 2};
+    decode.kv = kv;
+    check_flash(decode);
+    AttnCase split{6, 2, 64, {2048}, {1}, 2};  // keys split across threads
+    split.kv = kv;
+    check_flash(split);
+    AttnCase hd256{8, 1, 256, {70}, {3}, 1};  // CodeGemma's head_dim
+    hd256.kv = kv;
+    check_flash(hd256);
+  }
+  AttnCase odd{2, 1, 48, {200}, {3}, 3};  // 48: whole f16 rows, not whole q8_0 blocks
+  odd.kv = DType::F16;
+  check_flash(odd);
+  AttnCase ref_only{4, 2, 24, {40}, {40}, 2};  // 24 % 16 != 0: the reference reads the f16 rows
+  ref_only.kv = DType::F16;
+  check_flash(ref_only);
+}
+
+// The f16 / q8_0 cache's error against f32 is that of rounding K and V: small next to the
+// output's spread, and q8_0's larger than f16's.
+TEST(FlashAttention, F16AndQ8_0CachesStayCloseToF32) {
+  need_avx2();
+  AttnCase c{6, 2, 64, {300}, {300}, 2};
+  AttnData f32;
+  make_case(c, f32, 21);
+  const std::vector<float> exact = run_attention(c, f32, CpuKernel::Avx2);
+  double worst[2] = {0, 0};
+  int i = 0;
+  for (DType kv : {DType::F16, DType::Q8_0}) {
+    c.kv = kv;
+    AttnData d;
+    make_case(c, d, 21);
+    const std::vector<float> got = run_attention(c, d, CpuKernel::Avx2);
+    for (size_t j = 0; j < exact.size(); ++j)
+      worst[i] = std::max(worst[i], double(std::fabs(got[j] - exact[j])));
+    ++i;
+  }
+  EXPECT_LT(worst[0], 4e-3) << "f16";   // values ~N(0, 1): f16 keeps 11 bits
+  EXPECT_LT(worst[1], 6e-2) << "q8_0";  // 8 bits per 32-value block; scores of std ~16 here
+  EXPECT_GT(worst[1], worst[0]);
+  std::printf("worst |f16 - f32| %.2e, |q8_0 - f32| %.2e\n", worst[0], worst[1]);
+}
+
+TEST(FlashAttention, KvTypeTheCacheCannotHoldIsAnError) {
+  AttnCase c{2, 1, 48, {8}, {8}, 1};
+  EXPECT_THROW(KvCache(1, 4, 48, DType::Q8_0), Error);  // 48 values: not whole blocks
+  EXPECT_THROW(KvCache(1, 4, 64, DType::Q4_0), Error);
+  AttnData d;
+  make_case(c, d, 3);
+  d.args.kv_type = DType::Q8_0;  // head_dim 48 is not whole q8_0 blocks
+  std::vector<float> out(d.pos.size() * 96);
+  d.args.out = out.data();
+  ThreadPool pool(1);
+  ops::AttentionScratch scratch;
+  EXPECT_THROW(ops::attention(pool, d.args, scratch), Error);
+  EXPECT_THROW(parse_kv_type("q4_0"), Error);
+  EXPECT_EQ(KvCache::row_bytes(DType::F16, 128), 256);
+  EXPECT_EQ(KvCache::row_bytes(DType::Q8_0, 128), 136);
 }
 
 TEST(FlashAttention, HeadDimsWithoutFlashFallBackToReference) {

@@ -379,6 +379,75 @@ TEST_F(TinyModels, GgufQ8_0MatchesReferenceOnDequantizedWeights) {
   }
 }
 
+// ---------------------------------------------------------------- K/V element types
+
+// An f16 or q8_0 K/V cache moves the logits of a 40-token prompt only by the rounding of K and
+// V: within a small share of the logits' spread of the exact f32 cache, with the same argmax
+// at nearly every position; q8_0 needs whole 32-value blocks per head (llama's tiny head_dim
+// of 16 is refused with the reason). Decode after prefill and two sequences batched in one
+// step read the typed cache as a single prefill does.
+TEST_F(TinyModels, F16AndQ8_0KvCachesStayCloseToF32) {
+  for (const char* kind : kKinds) {
+    SCOPED_TRACE(kind);
+    auto m = Model::load(folder(kind, "f32"), two_threads());
+    const int64_t V = m->config().vocab, n = static_cast<int64_t>(tokens_.size());
+    const std::vector<float> exact = all_logits(*m, tokens_);
+    const float spread = max_abs(exact);
+    for (DType kv : {DType::F16, DType::Q8_0}) {
+      SCOPED_TRACE(std::string(dtype_name(kv)));
+      if (m->config().head_dim % dtype_info(kv).block_elems != 0) {
+        EXPECT_THROW(ContiguousSession(*m, n, kv), Error);
+        continue;
+      }
+      ContiguousSession s(*m, n, kv);
+      const std::vector<float> got = s.eval(tokens_, true);
+      const float tol = (kv == DType::F16 ? 2e-3f : 3e-2f) * spread;
+      // A mixture of experts may route a token to another expert on q8_0's larger rounding
+      // (as with q8_0 weights): a jump no tolerance bounds; its argmax is still checked.
+      if (!(m->config().moe() && kv == DType::Q8_0)) {
+        EXPECT_LE(max_abs_diff(got, exact), tol);
+      }
+      int argmax_diff = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        auto row = [&](const std::vector<float>& l) {
+          return std::max_element(l.begin() + t * V, l.begin() + (t + 1) * V) - l.begin();
+        };
+        argmax_diff += row(got) != row(exact);
+      }
+      EXPECT_LE(argmax_diff, kv == DType::F16 ? 1 : 3);
+      // Decode steps on the same typed cache equal the prefill's last rows.
+      ContiguousSession d(*m, n, kv);
+      d.eval(std::vector<int32_t>(tokens_.begin(), tokens_.end() - 1));
+      const std::vector<float> last = d.eval({tokens_.back()});
+      EXPECT_LE(max_abs_diff(last, std::vector<float>(got.end() - V, got.end())),
+                rounding_tol(got));
+    }
+  }
+}
+
+// Copy-on-write of a slot copies its bytes in every element type.
+TEST(KvCacheTypes, StoreLoadAndCopySlotRoundTrip) {
+  for (DType kv : {DType::F32, DType::F16, DType::Q8_0}) {
+    KvCache c(3, 5, 64, kv);
+    std::vector<float> k(64), v(64), k2(64), v2(64);
+    for (int i = 0; i < 64; ++i) {
+      k[i] = 0.37f * float(i) - 5.0f;
+      v[i] = std::sin(float(i));
+    }
+    c.store(2, 1, k.data(), v.data());
+    c.copy_slot(1, 4);
+    c.load(2, 4, k2.data(), v2.data());
+    const float tol = kv == DType::F32 ? 0.0f : kv == DType::F16 ? 1e-2f : 0.1f;
+    for (int i = 0; i < 64; ++i) {
+      EXPECT_NEAR(k2[i], k[i], tol) << dtype_name(kv) << " " << i;
+      EXPECT_NEAR(v2[i], v[i], tol) << dtype_name(kv) << " " << i;
+    }
+    EXPECT_EQ(c.row_bytes(), KvCache::row_bytes(kv, 64));
+    EXPECT_EQ(KvCache::bytes_per_token(kv, 3, 64), 2 * 3 * c.row_bytes());
+  }
+  EXPECT_EQ(KvCache::row_bytes(DType::F16, 64) * 2, KvCache::row_bytes(DType::F32, 64));
+}
+
 // ---------------------------------------------------------------- batching equivalences
 
 class Batching : public TinyModels {};

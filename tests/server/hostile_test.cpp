@@ -159,5 +159,46 @@ TEST_F(ServerTest, InfillThatLeavesNoRoomNamesTheClientsField) {
   EXPECT_EQ(m.find("max_tokens is"), std::string::npos) << "the budget is not called max_tokens";
 }
 
+// Every 400 for a field of the wrong type or range names the field and quotes the client's
+// value (cut to 64 bytes), on each API.
+TEST_F(ServerTest, WrongFieldsNameTheFieldAndTheValue) {
+  Running s(dir_->path());
+  auto c = s.client();
+  const std::string long_text(200, 'y');
+  const struct {
+    const char* path;
+    json body;
+    std::string expected;
+  } cases[] = {
+      {"/v1/completions", {{"prompt", "x"}, {"max_tokens", "ten"}},
+       "field 'max_tokens' must be an integer, got string \"ten\""},
+      {"/v1/completions", {{"prompt", "x"}, {"temperature", {1}}},
+       "field 'temperature' must be a number, got array [1]"},
+      {"/v1/completions", {{"prompt", "x"}, {"max_tokens", -3}},
+       "field 'max_tokens' = -3 is out of range"},
+      {"/v1/completions", {{"prompt", {1, "a"}}},
+       "field 'prompt': element 1 must be an integer token id, got string \"a\""},
+      {"/infill", {{"input_prefix", 5}}, "field 'input_prefix' must be a string, got number 5"},
+      {"/infill", {{"input_prefix", "x"}, {"input_extra", "x"}},
+       "field 'input_extra' must be a list, got string \"x\""},
+      {"/completion", {{"prompt", "x"}, {"stop", 3}},
+       "field 'stop' must be a string or a list of strings, got number 3"},
+      {"/completion", {{"prompt", "x"}, {"n_predict", long_text}},
+       "field 'n_predict' must be an integer, got string \"" + long_text.substr(0, 60) + "..."},
+      {"/api/generate", {{"model", "tiny"}, {"prompt", "x"}, {"options", {{"top_p", true}}}},
+       "option \"top_p\" must be of type float32, got boolean true"},
+      {"/api/generate", {{"model", "tiny"}, {"prompt", "x"}, {"keep_alive", {{"a", 1}}}},
+       "field 'keep_alive': unsupported type: object {\"a\":1}"},
+  };
+  for (const auto& k : cases) {
+    auto r = c.Post(k.path, k.body.dump(), "application/json");
+    ASSERT_TRUE(r) << k.path;
+    EXPECT_EQ(r->status, 400) << k.path << " " << k.body.dump();
+    const std::string msg = error_message(r->body);
+    EXPECT_NE(msg.find(k.expected), std::string::npos) << k.path << ": " << msg;
+    EXPECT_LT(msg.size(), 300u) << msg;
+  }
+}
+
 }  // namespace
 }  // namespace efim

@@ -80,9 +80,9 @@ TEST_F(ServerTest, OllamaOptionsAndKeepAlive) {
   json e = ollama_post(c, "/api/generate", with({{"repeat_penalty", 1.1}}), 400);
   EXPECT_NE(e["error"].get<std::string>().find("repeat_penalty"), std::string::npos);
   e = ollama_post(c, "/api/generate", with({{"top_k", "many"}}), 400);
-  EXPECT_EQ(e["error"], "option \"top_k\" must be of type integer");
+  EXPECT_EQ(e["error"], "option \"top_k\" must be of type integer, got string \"many\"");
   e = ollama_post(c, "/api/generate", with({{"stop", "x"}}), 400);
-  EXPECT_EQ(e["error"], "option \"stop\" must be of type array");
+  EXPECT_EQ(e["error"], "option \"stop\" must be of type array, got string \"x\"");
   // num_predict and stop.
   json r = ollama_post(c, "/api/generate", with({{"num_predict", 5}, {"temperature", 0}}), 200);
   EXPECT_EQ(r["eval_count"], 5);
@@ -104,7 +104,7 @@ TEST_F(ServerTest, OllamaOptionsAndKeepAlive) {
   json b = base;
   b["keep_alive"] = "300";
   e = ollama_post(c, "/api/generate", b, 400);
-  EXPECT_EQ(e["error"], "time: missing unit in duration \"300\"");
+  EXPECT_EQ(e["error"], "field 'keep_alive': time: missing unit in duration \"300\"");
   b = {{"model", "tiny"}, {"prompt", ""}, {"keep_alive", 0}};
   EXPECT_EQ(ollama_post(c, "/api/generate", b, 200)["done_reason"], "unload");
   // What efim does not do is refused with Ollama's error shape.

@@ -13,22 +13,34 @@ trap cleanup EXIT
 /usr/bin/python3 "$SRC/scripts/make_tiny_tokenizer.py" "$DIR/m/tokenizer.json" --vocab 300 >/dev/null
 if "$EFIM" serve "$DIR/m" --max-requests 0 2>"$DIR/bad"; then echo "--max-requests 0 accepted"; exit 1; fi
 grep -q -- '--max-requests must be positive, got 0' "$DIR/bad" || { cat "$DIR/bad"; exit 1; }
-# The KV cache against the context, checked at start (the bundled efim-tiny: 2048 tokens, 10 KiB
-# of K/V per token): a --ctx-size it cannot hold is refused with the size needed; a cache
-# smaller than the model's context narrows the served context with a warning.
+# The KV cache against the context, checked at start (the bundled efim-tiny: 2048 tokens, 5 KiB
+# of f16 K/V per token, the default; 10 KiB in f32, 2.6 KiB in q8_0): a --ctx-size it cannot hold
+# is refused with the size needed; a cache smaller than the model's context narrows the served
+# context with a warning.
 TINY="$SRC/models/efim-tiny-q8_0.gguf"
 if "$EFIM" serve "$TINY" --kv-cache-mb 4 --ctx-size 2048 2>"$DIR/bad"; then
   echo "--ctx-size over the KV cache accepted"; exit 1
 fi
+grep -q -- '--ctx-size 2048 needs a KV cache of 10 MiB (5120 bytes per token); --kv-cache-mb 4 holds 816 tokens' \
+  "$DIR/bad" || { cat "$DIR/bad"; exit 1; }
+if "$EFIM" serve "$TINY" --kv-cache-mb 4 --ctx-size 2048 --kv-type f32 2>"$DIR/bad"; then
+  echo "--ctx-size over the f32 KV cache accepted"; exit 1
+fi
 grep -q -- '--ctx-size 2048 needs a KV cache of 20 MiB' "$DIR/bad" || { cat "$DIR/bad"; exit 1; }
+if "$EFIM" serve "$TINY" --kv-type q4_0 2>"$DIR/bad"; then echo "--kv-type q4_0 accepted"; exit 1; fi
+grep -q "K/V cache type 'q4_0' is not one of f32, f16, q8_0" "$DIR/bad" || { cat "$DIR/bad"; exit 1; }
 if "$EFIM" serve "$TINY" --ctx-size 4096 2>"$DIR/bad"; then echo "--ctx-size 4096 accepted"; exit 1; fi
 grep -q "over the model's context of 2048" "$DIR/bad" || { cat "$DIR/bad"; exit 1; }
-timeout 20 "$EFIM" serve "$TINY" --port 0 --threads 1 --kv-cache-mb 4 2>"$DIR/clamp" &
-CLAMP=$!
-for _ in $(seq 100); do grep -q 'serving' "$DIR/clamp" && break; sleep 0.1; done
-kill "$CLAMP"; wait "$CLAMP" || true
-grep -q 'holds 400 tokens, less than the model.s context of 2048: serving a context of 400' \
-  "$DIR/clamp" || { cat "$DIR/clamp"; exit 1; }
+for kv in f16 q8_0; do
+  timeout 20 "$EFIM" serve "$TINY" --port 0 --threads 1 --kv-cache-mb 2 --kv-type $kv 2>"$DIR/clamp" &
+  CLAMP=$!
+  for _ in $(seq 100); do grep -q 'serving' "$DIR/clamp" && break; sleep 0.1; done
+  kill "$CLAMP"; wait "$CLAMP" || true
+  want=$([ $kv = f16 ] && echo 400 || echo 768)  # 2 MiB / 5120 and / 2720 bytes, whole blocks of 16
+  grep -q "holds $want tokens, less than the model.s context of 2048: serving a context of $want" \
+    "$DIR/clamp" || { cat "$DIR/clamp"; exit 1; }
+  grep -q "$want-token $kv K/V cache" "$DIR/clamp" || { cat "$DIR/clamp"; exit 1; }
+done
 "$EFIM" serve "$DIR/m" --port 0 --threads 1 --api-key k --max-requests 8 --no-prefix-cache \
   2>"$DIR/log" &
 PID=$!

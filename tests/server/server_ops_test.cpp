@@ -408,5 +408,56 @@ TEST_F(ServerTest, TokenHealingFieldResponseAndMetrics) {
   EXPECT_NE(err.dump().find("token_healing"), std::string::npos) << err.dump();
 }
 
+// --max-tokens-in-flight 40: a 30-token prompt streaming holds 30; a 20-token prompt beside it
+// gets 503 naming both counts, a 50-token prompt 413 at once; once the first has ended the
+// 20-token prompt is served (the tokens were given back).
+TEST_F(ServerTest, TokensInFlightCapAnswers503And413) {
+  Running s(dir_->path(), {.step_delay_ms = 20, .max_tokens_in_flight = 40});
+  auto ids = [](int n) {
+    json a = json::array();
+    for (int i = 0; i < n; ++i) a.push_back(10 + i % 50);
+    return a;
+  };
+  std::promise<void> first_chunk;
+  std::thread long_request([&] {
+    auto c = s.client();
+    json req = {{"prompt", ids(30)}, {"max_tokens", 30}, {"ignore_eos", true}, {"stream", true}};
+    httplib::Request hr;
+    hr.method = "POST";
+    hr.path = "/v1/completions";
+    hr.body = req.dump();
+    hr.set_header("Content-Type", "application/json");
+    bool signalled = false;
+    hr.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      if (!signalled) first_chunk.set_value();
+      signalled = true;
+      return true;
+    };
+    auto r = c.send(hr);
+    EXPECT_TRUE(r);
+    if (r) {
+      EXPECT_EQ(r->status, 200);
+    }
+  });
+  first_chunk.get_future().wait();
+  auto c = s.client();
+  json e = post(c, "/v1/completions", {{"prompt", ids(20)}, {"max_tokens", 2}}, 503)["error"];
+  EXPECT_EQ(e["code"], "overloaded");
+  std::string msg = e["message"];
+  EXPECT_NE(msg.find("30 prompt tokens in flight and prompt needs 20, the cap is 40"),
+            std::string::npos)
+      << msg;
+  e = post(c, "/completion", {{"prompt", ids(50)}, {"n_predict", 2}}, 413)["error"];
+  msg = e["message"];
+  EXPECT_NE(msg.find("prompt is 50 tokens, more than the server holds in flight at once (40"),
+            std::string::npos)
+      << msg;
+  long_request.join();
+  json ok = post(c, "/v1/completions", {{"prompt", ids(20)}, {"max_tokens", 2}});
+  EXPECT_EQ(ok["usage"]["prompt_tokens"], 20);
+  ok = post(c, "/v1/completions", {{"prompt", ids(40)}, {"max_tokens", 2}});  // exactly the cap
+  EXPECT_EQ(ok["usage"]["prompt_tokens"], 40);
+}
+
 }  // namespace
 }  // namespace efim

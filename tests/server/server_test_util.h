@@ -32,6 +32,7 @@ struct RunOptions {
   std::string model_id = "tiny";
   int read_timeout_s = 60;  // of client()
   size_t max_buffered_bytes = size_t(256) << 20;
+  int64_t max_tokens_in_flight = 0;
 };
 
 struct Running {  // one model + engine + server; the server listens on its own thread
@@ -63,6 +64,7 @@ struct Running {  // one model + engine + server; the server listens on its own 
     so.model_id = ro.model_id;
     so.max_concurrent_requests = ro.max_requests;
     so.max_buffered_bytes = ro.max_buffered_bytes;
+    so.max_tokens_in_flight = ro.max_tokens_in_flight;
     server = std::make_unique<Server>(*engine, *tok, int32_t(model->config().max_position), so);
     port = server->bind();
     thread = std::thread([this] { server->listen(); });
