@@ -169,17 +169,15 @@ struct UnitRows {
 void gather_f32(const AttentionArgs& a, const Unit& u, int64_t n_keys,
                 AttentionScratch::Thread& w, UnitRows& ur) {
   const int64_t hd = a.head_dim;
-  const int64_t row_bytes = int64_t(dtype_row_bytes(a.kv_type, uint64_t(a.n_kv_heads * hd)));
-  const int64_t head_bytes = int64_t(dtype_row_bytes(a.kv_type, uint64_t(u.kvh * hd)));
   w.k.resize(static_cast<size_t>(n_keys * hd));
   w.v.resize(w.k.size());
   w.ctx.resize(static_cast<size_t>(n_keys));
-  const auto* k = static_cast<const uint8_t*>(a.k) + head_bytes;
-  const auto* v = static_cast<const uint8_t*>(a.v) + head_bytes;
+  const auto* k = static_cast<const uint8_t*>(a.k) + u.kvh * a.kv_head_stride;
+  const auto* v = static_cast<const uint8_t*>(a.v) + u.kvh * a.kv_head_stride;
   for (int64_t j = 0; j < n_keys; ++j) {
     const int64_t slot = u.seq->ctx[j];
-    dequantize(k + slot * row_bytes, hd, a.kv_type, &w.k[j * hd]);
-    dequantize(v + slot * row_bytes, hd, a.kv_type, &w.v[j * hd]);
+    dequantize(k + slot * a.kv_slot_stride, hd, a.kv_type, &w.k[j * hd]);
+    dequantize(v + slot * a.kv_slot_stride, hd, a.kv_type, &w.v[j * hd]);
     w.ctx[j] = static_cast<int32_t>(j);
   }
   ur.k = w.k.data();
@@ -210,7 +208,10 @@ void run_unit_ref(const AttentionArgs& a, const Unit& u,
   w.scores.resize(static_cast<size_t>(rows * n_keys));
   UnitRows ur{rows,      n_keys, a.n_kv_heads * hd,       hd, u.kvh, u.seq->ctx, w.scores.data(),
               static_cast<const float*>(a.k), static_cast<const float*>(a.v)};
-  if (a.kv_type != DType::F32) gather_f32(a, u, n_keys, w, ur);
+  // Slot-major f32 rows are read in place; other types and layouts through f32 copies.
+  const bool in_place = a.kv_type == DType::F32 && a.kv_head_stride == a.head_dim * 4 &&
+                        a.kv_slot_stride == a.n_kv_heads * a.head_dim * 4;
+  if (!in_place) gather_f32(a, u, n_keys, w, ur);
   unit_scores(ur, w);
   unit_softmax(ur, w);
   unit_weighted_values(ur, w);
@@ -338,11 +339,20 @@ void attention_flash(ThreadPool& pool, const AttentionArgs& a, AttentionScratch&
 
 }  // namespace
 
-void attention(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch, CpuKernel k) {
-  EFIM_CHECK(cpu::kernel_supported(k), "attention: kernel variant ", cpu::kernel_name(k),
-             " is not supported by this CPU");
+void attention(ThreadPool& pool, const AttentionArgs& args, AttentionScratch& scratch,
+               CpuKernel k) {
+  AttentionArgs a = args;
   EFIM_CHECK(a.kv_type == DType::F32 || a.kv_type == DType::F16 || a.kv_type == DType::Q8_0,
              "attention: K/V element type ", dtype_name(a.kv_type), " is not f32, f16 or q8_0");
+  if (a.kv_slot_stride == 0 && a.kv_head_stride == 0) {  // slot-major rows
+    const int block = dtype_info(a.kv_type).block_elems;
+    if (a.head_dim % block == 0) {
+      a.kv_head_stride = int64_t(dtype_row_bytes(a.kv_type, uint64_t(a.head_dim)));
+      a.kv_slot_stride = a.n_kv_heads * a.kv_head_stride;
+    }
+  }
+  EFIM_CHECK(cpu::kernel_supported(k), "attention: kernel variant ", cpu::kernel_name(k),
+             " is not supported by this CPU");
   EFIM_CHECK(a.head_dim % dtype_info(a.kv_type).block_elems == 0, "attention: head_dim ",
              a.head_dim, " is not whole blocks of ", dtype_name(a.kv_type));
   const bool flash_shape = a.head_dim % 16 == 0 && a.head_dim <= detail::kFlashMaxHeadDim;

@@ -54,9 +54,11 @@ void Model::validate(const Batch& b, const KvCache& kv) const {
       static_cast<int64_t>(b.positions.size()) == n && static_cast<int64_t>(b.seq.size()) == n,
       "forward: batch has ", n, " tokens but ", b.positions.size(), " positions and ", b.seq.size(),
       " sequence indices");
-  EFIM_CHECK(kv.n_layers() == c.n_layers && kv.kv_dim() == c.kv_dim(), "forward: kv cache has ",
-             kv.n_layers(), " layers x ", kv.kv_dim(), ", model needs ", c.n_layers, " x ",
-             c.kv_dim());
+  EFIM_CHECK(kv.n_layers() == c.n_layers && kv.kv_dim() == c.kv_dim() &&
+                 kv.n_kv_heads() == c.n_kv_heads,
+             "forward: kv cache has ", kv.n_layers(), " layers x ", kv.kv_dim(), " values in ",
+             kv.n_kv_heads(), " heads, model needs ", c.n_layers, " x ", c.kv_dim(), " in ",
+             c.n_kv_heads);
   const int block = dtype_info(kv.type()).block_elems;
   EFIM_CHECK(c.head_dim % block == 0, "forward: a ", dtype_name(kv.type()), " kv cache needs a "
              "head_dim that is a multiple of ", block, ", the model's is ", c.head_dim);
@@ -146,6 +148,8 @@ void Model::attention_block(int64_t layer, const Batch& b, KvCache& kv) {
   a.k = kv.k(layer);  // [n_slots] rows of kv.row_bytes()
   a.v = kv.v(layer);
   a.kv_type = kv.type();
+  a.kv_slot_stride = kv.head_bytes();  // head-major
+  a.kv_head_stride = kv.head_stride();
   a.out = s_.att.data();
   a.n_heads = c.n_heads;
   a.n_kv_heads = c.n_kv_heads;

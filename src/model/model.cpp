@@ -18,13 +18,13 @@ namespace efim {
 
 // ---------------------------------------------------------------- KvCache, Batch
 
-int64_t KvCache::row_bytes(DType type, int64_t kv_dim) {
+int64_t KvCache::row_bytes(DType type, int64_t n) {
   EFIM_CHECK(type == DType::F32 || type == DType::F16 || type == DType::Q8_0,
              "kv cache: element type ", dtype_name(type), " is not stored; use f32, f16 or q8_0");
-  EFIM_CHECK(kv_dim > 0 && kv_dim % dtype_info(type).block_elems == 0, "kv cache: kv_dim ",
-             kv_dim, " is not a multiple of ", dtype_name(type), "'s block of ",
-             dtype_info(type).block_elems);
-  return static_cast<int64_t>(dtype_row_bytes(type, static_cast<uint64_t>(kv_dim)));
+  EFIM_CHECK(n > 0 && n % dtype_info(type).block_elems == 0, "kv cache: rows of ", n,
+             " values are not whole blocks of ", dtype_name(type), " (",
+             dtype_info(type).block_elems, " values)");
+  return static_cast<int64_t>(dtype_row_bytes(type, static_cast<uint64_t>(n)));
 }
 
 DType parse_kv_type(const std::string& name) {
@@ -34,22 +34,25 @@ DType parse_kv_type(const std::string& name) {
   throw Error(str("K/V cache type '", name, "' is not one of f32, f16, q8_0"));
 }
 
-KvCache::KvCache(int64_t n_layers, int64_t n_slots, int64_t kv_dim, DType type)
-    : n_layers_(n_layers), n_slots_(n_slots), kv_dim_(kv_dim), type_(type),
-      row_bytes_(row_bytes(type, kv_dim)) {
-  EFIM_CHECK(n_layers > 0 && n_slots > 0, "kv cache: bad size: layers ", n_layers, ", slots ",
-             n_slots, ", kv_dim ", kv_dim);
-  const size_t n = static_cast<size_t>(n_layers) * static_cast<size_t>(n_slots) *
-                   static_cast<size_t>(row_bytes_);
-  k_.assign(n, 0);
-  v_.assign(n, 0);
+KvCache::KvCache(int64_t n_layers, int64_t n_slots, int64_t kv_dim, DType type,
+                 int64_t n_kv_heads)
+    : n_layers_(n_layers), n_slots_(n_slots), kv_dim_(kv_dim), n_kv_heads_(n_kv_heads),
+      type_(type) {
+  EFIM_CHECK(n_layers > 0 && n_slots > 0 && n_kv_heads > 0 && kv_dim > 0 &&
+                 kv_dim % n_kv_heads == 0,
+             "kv cache: bad size: layers ", n_layers, ", slots ", n_slots, ", kv_dim ", kv_dim,
+             " in ", n_kv_heads, " heads");
+  head_bytes_ = row_bytes(type, kv_dim / n_kv_heads);
+  const size_t n = static_cast<size_t>(n_layers) * static_cast<size_t>(layer_bytes());
+  k_ = HugePageBuffer(n);
+  v_ = HugePageBuffer(n);
 }
 
 KvCache KvCache::for_model(const ModelConfig& c, int64_t n_slots, DType type) {
   const int block = dtype_info(type).block_elems;
   EFIM_CHECK(c.head_dim % block == 0, "kv cache: ", dtype_name(type), " needs a head_dim that is ",
              "a multiple of ", block, ", the model's is ", c.head_dim, "; use --kv-type f16");
-  return KvCache(c.n_layers, n_slots, c.kv_dim(), type);
+  return KvCache(c.n_layers, n_slots, c.kv_dim(), type, c.n_kv_heads);
 }
 
 namespace {
@@ -70,30 +73,36 @@ void encode_row(DType type, const float* x, int64_t n, uint8_t* out) {
   }
   throw Error(str("kv cache: cannot store ", dtype_name(type)));
 }
-
 }  // namespace
 
 void KvCache::store(int64_t layer, int64_t slot, const float* k, const float* v) {
-  encode_row(type_, k, kv_dim_, k_row(layer, slot));
-  encode_row(type_, v, kv_dim_, v_row(layer, slot));
+  const int64_t hd = kv_dim_ / n_kv_heads_;
+  for (int64_t h = 0; h < n_kv_heads_; ++h) {
+    encode_row(type_, k + h * hd, hd, k_.data() + offset(layer, h, slot));
+    encode_row(type_, v + h * hd, hd, v_.data() + offset(layer, h, slot));
+  }
 }
 
 void KvCache::load(int64_t layer, int64_t slot, float* k, float* v) const {
   EFIM_CHECK(layer >= 0 && layer < n_layers_ && slot >= 0 && slot < n_slots_,
              "kv cache: load of layer ", layer, " slot ", slot, " outside ", n_layers_, " x ",
              n_slots_);
-  dequantize(this->k(layer) + slot * row_bytes_, kv_dim_, type_, k);
-  dequantize(this->v(layer) + slot * row_bytes_, kv_dim_, type_, v);
+  const int64_t hd = kv_dim_ / n_kv_heads_;
+  for (int64_t h = 0; h < n_kv_heads_; ++h) {
+    dequantize(k_.data() + offset(layer, h, slot), hd, type_, k + h * hd);
+    dequantize(v_.data() + offset(layer, h, slot), hd, type_, v + h * hd);
+  }
 }
 
 void KvCache::copy_slot(int64_t from, int64_t to) {
   EFIM_CHECK(from >= 0 && from < n_slots_ && to >= 0 && to < n_slots_, "kv cache: copy_slot ", from,
              " -> ", to, " outside [0, ", n_slots_, ")");
-  const size_t n = static_cast<size_t>(row_bytes_);
-  for (int64_t l = 0; l < n_layers_; ++l) {
-    std::memcpy(k_row(l, to), k_row(l, from), n);
-    std::memcpy(v_row(l, to), v_row(l, from), n);
-  }
+  const size_t n = static_cast<size_t>(head_bytes_);
+  for (int64_t l = 0; l < n_layers_; ++l)
+    for (int64_t h = 0; h < n_kv_heads_; ++h) {
+      std::memcpy(k_.data() + offset(l, h, to), k_.data() + offset(l, h, from), n);
+      std::memcpy(v_.data() + offset(l, h, to), v_.data() + offset(l, h, from), n);
+    }
 }
 
 int32_t Batch::add_sequence(std::vector<int32_t> slots) {

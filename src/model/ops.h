@@ -95,8 +95,9 @@ struct AttentionSeq {
 struct AttentionArgs {
   const float* q = nullptr;      // [n_tokens, q_stride] (n_heads * head_dim used), RoPE applied
   const int32_t* pos = nullptr;  // [n_tokens]
-  // One layer of the cache: [n_slots] rows of n_kv_heads * head_dim values in kv_type (f32,
-  // f16 or q8_0 whose blocks do not straddle heads), read in place.
+  // One layer of the cache, values in kv_type (f32, f16 or q8_0 whose blocks do not straddle
+  // heads), read in place: KV head h of slot s starts kv_slot_stride * s + kv_head_stride * h
+  // bytes in. Strides 0: rows of n_kv_heads * head_dim values per slot (slot-major).
   const void* k = nullptr;
   const void* v = nullptr;
   float* out = nullptr;          // [n_tokens, out_stride] (n_heads * head_dim written)
@@ -104,6 +105,7 @@ struct AttentionArgs {
   const std::vector<AttentionSeq>* seqs = nullptr;
   int64_t q_stride = 0, out_stride = 0;  // floats between rows; 0: n_heads * head_dim
   DType kv_type = DType::F32;
+  int64_t kv_slot_stride = 0, kv_head_stride = 0;
 };
 
 // One unit of flash attention work: query heads [h0, h1) (all reading KV head kvh) for the

@@ -342,8 +342,7 @@ void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* 
   const int64_t hd = a.head_dim, n_h = u.h1 - u.h0, R = u.rows();
   const int64_t qs = a.q_stride ? a.q_stride : a.n_heads * hd;
   const int64_t os = a.out_stride ? a.out_stride : a.n_heads * hd;
-  const int64_t row_bytes = int64_t(dtype_row_bytes(T, uint64_t(a.n_kv_heads * hd)));
-  const int64_t head_bytes = int64_t(dtype_row_bytes(T, uint64_t(u.kvh * hd)));
+  const int64_t row_bytes = a.kv_slot_stride;  // between the slots of one head
   FlashTiles w(work, R, hd);
   int64_t last[kFlashMaxRows];  // position of each row's query: its last visible key
   float* out[kFlashMaxRows];
@@ -361,8 +360,8 @@ void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* 
     w.l[r] = 0;
   }
   const int64_t k_end = u.k1 < last[R - 1] + 1 ? u.k1 : last[R - 1] + 1;
-  const uint8_t* kbase = static_cast<const uint8_t*>(a.k) + head_bytes;
-  const uint8_t* vbase = static_cast<const uint8_t*>(a.v) + head_bytes;
+  const uint8_t* kbase = static_cast<const uint8_t*>(a.k) + u.kvh * a.kv_head_stride;
+  const uint8_t* vbase = static_cast<const uint8_t*>(a.v) + u.kvh * a.kv_head_stride;
   const uint8_t* krow[KB];
   const uint8_t* vrow[KB];
   int64_t first = 0;  // rows [0, first) see no key from kb0 on

@@ -24,7 +24,8 @@ inline int64_t flash_work_floats(int64_t rows, int64_t head_dim) {
          + 3 * rows;                        // m, l, correction
 }
 
-// Runs one unit; `work` has flash_work_floats(u.rows(), head_dim) floats.
+// Runs one unit; `work` has flash_work_floats(u.rows(), head_dim) floats; a.kv_slot_stride and
+// a.kv_head_stride are resolved (attention() fills them for slot-major rows).
 void flash_unit_avx2(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial);
 
 // ---- elementwise (AVX2) ----

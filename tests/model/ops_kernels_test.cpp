@@ -185,17 +185,19 @@ void make_case(const AttnCase& c, AttnData& d, uint32_t seed) {
   d.v = normal(static_cast<size_t>(n_slots * kvs), 1, seed + 3);
   // The cache in c.kv: rows rounded to f16 / quantized to q8_0 as KvCache::store does; the
   // f32 copies become what the cache holds, so every variant has the same exact answer.
-  KvCache cache(1, n_slots, kvs, c.kv);
+  KvCache cache(1, n_slots, kvs, c.kv, c.n_kv);  // head-major, as the model's
   for (int64_t slot = 0; slot < n_slots; ++slot) {
     cache.store(0, slot, &d.k[slot * kvs], &d.v[slot * kvs]);
     cache.load(0, slot, &d.k[slot * kvs], &d.v[slot * kvs]);
   }
-  const size_t layer_bytes = static_cast<size_t>(n_slots * cache.row_bytes());
+  const size_t layer_bytes = static_cast<size_t>(c.n_kv * cache.head_stride());
   d.kb.assign(cache.k(0), cache.k(0) + layer_bytes);
   d.vb.assign(cache.v(0), cache.v(0) + layer_bytes);
   d.args = ops::AttentionArgs{d.q.data(), d.pos.data(), d.kb.data(), d.vb.data(), nullptr,
                               c.n_heads, c.n_kv, c.hd, &d.seqs};
   d.args.kv_type = c.kv;
+  d.args.kv_slot_stride = cache.head_bytes();
+  d.args.kv_head_stride = cache.head_stride();
   if (c.strided) {
     d.args.q_stride = q_stride;
     d.args.out_stride = q_stride;
@@ -358,6 +360,9 @@ TEST(FlashAttention, KvTypeTheCacheCannotHoldIsAnError) {
   EXPECT_THROW(ops::attention(pool, d.args, scratch), Error);
   EXPECT_THROW(parse_kv_type("q4_0"), Error);
   EXPECT_EQ(KvCache::row_bytes(DType::F16, 128), 256);
+  KvCache heads(2, 10, 128, DType::Q8_0, 2);  // head-major: one head's 64 values, 2 blocks
+  EXPECT_EQ(heads.head_bytes(), 68);
+  EXPECT_EQ(heads.head_stride(), 680);
   EXPECT_EQ(KvCache::row_bytes(DType::Q8_0, 128), 136);
 }
 

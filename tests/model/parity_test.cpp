@@ -428,7 +428,7 @@ TEST_F(TinyModels, F16AndQ8_0KvCachesStayCloseToF32) {
 // Copy-on-write of a slot copies its bytes in every element type.
 TEST(KvCacheTypes, StoreLoadAndCopySlotRoundTrip) {
   for (DType kv : {DType::F32, DType::F16, DType::Q8_0}) {
-    KvCache c(3, 5, 64, kv);
+    KvCache c(3, 5, 64, kv, 2);  // two heads of 32 values
     std::vector<float> k(64), v(64), k2(64), v2(64);
     for (int i = 0; i < 64; ++i) {
       k[i] = 0.37f * float(i) - 5.0f;
@@ -442,8 +442,8 @@ TEST(KvCacheTypes, StoreLoadAndCopySlotRoundTrip) {
       EXPECT_NEAR(k2[i], k[i], tol) << dtype_name(kv) << " " << i;
       EXPECT_NEAR(v2[i], v[i], tol) << dtype_name(kv) << " " << i;
     }
-    EXPECT_EQ(c.row_bytes(), KvCache::row_bytes(kv, 64));
-    EXPECT_EQ(KvCache::bytes_per_token(kv, 3, 64), 2 * 3 * c.row_bytes());
+    EXPECT_EQ(c.head_bytes(), KvCache::row_bytes(kv, 32));
+    EXPECT_EQ(KvCache::bytes_per_token(kv, 3, 64), 2 * 3 * 2 * c.head_bytes());
   }
   EXPECT_EQ(KvCache::row_bytes(DType::F16, 64) * 2, KvCache::row_bytes(DType::F32, 64));
 }
