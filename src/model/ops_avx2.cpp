@@ -259,8 +259,57 @@ inline void value_tile(const float* P, const uint8_t* const* vrow, int64_t nb, c
   }
 }
 
+// The sums of four vectors, [sum a0, sum a1, sum a2, sum a3].
+inline __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+// S[r, j] = Q[r] . K[j] for NR rows from r0 and all KB keys of a block, read straight from the
+// key rows 4 keys at a time (12 sums for 3 rows), each widened once for all rows: for the 1-3
+// rows of a decode unit this costs about half of transposing the block first.
+template <DType T, int NR>
+inline void direct_scores(const float* Q, const uint8_t* const* krow, float* S, int64_t r0,
+                          int64_t hd) {
+  for (int64_t j = 0; j < KB; j += 4) {
+    __m256 acc[NR][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[i][c] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 8) {
+      __m256 q[NR];
+#pragma GCC unroll 4
+      for (int i = 0; i < NR; ++i) q[i] = _mm256_loadu_ps(Q + (r0 + i) * hd + d);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        const __m256 k = load8<T>(krow[j + c], d);
+#pragma GCC unroll 4
+        for (int i = 0; i < NR; ++i) acc[i][c] = _mm256_fmadd_ps(q[i], k, acc[i][c]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i)
+      _mm_storeu_ps(S + (r0 + i) * KB + j, hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+  }
+}
+
+// Whether rows [first, R) take direct_scores (no transposed key block).
+inline bool few_rows(int64_t first, int64_t R) { return R - first <= 3; }
+
+template <DType T>
+inline void block_scores_direct(const float* Q, const uint8_t* const* krow, float* S,
+                                int64_t first, int64_t R, int64_t hd) {
+  switch (R - first) {
+    case 3: direct_scores<T, 3>(Q, krow, S, first, hd); break;
+    case 2: direct_scores<T, 2>(Q, krow, S, first, hd); break;
+    case 1: direct_scores<T, 1>(Q, krow, S, first, hd); break;
+    default: break;
+  }
+}
+
 // Rows [first, R) against one key block: four rows per tile, then the remainder in one tile
-// (wider in keys / dimensions, so a decode unit of 1-3 rows still has 6-8 independent sums).
+// (wider in keys / dimensions, so a unit of 1-3 rows still has 6-8 independent sums).
 inline void block_scores(const float* Q, const float* Kt, float* S, int64_t first, int64_t R,
                          int64_t hd) {
   int64_t r = first;
@@ -373,9 +422,13 @@ void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* 
       krow[j] = slot >= 0 ? kbase + slot * row_bytes : kZeroRow;
       vrow[j] = slot >= 0 ? vbase + slot * row_bytes : kZeroRow;
     }
-    for (int64_t j = 0; j < KB; j += 8)
-      for (int64_t d = 0; d < hd; d += 8) transpose8x8<T>(krow + j, d, w.Kt, j);
-    block_scores(w.Q, w.Kt, w.S, first, R, hd);
+    if (few_rows(first, R)) {
+      block_scores_direct<T>(w.Q, krow, w.S, first, R, hd);
+    } else {
+      for (int64_t j = 0; j < KB; j += 8)
+        for (int64_t d = 0; d < hd; d += 8) transpose8x8<T>(krow + j, d, w.Kt, j);
+      block_scores(w.Q, w.Kt, w.S, first, R, hd);
+    }
     block_softmax(w.S, last, first, R, kb0, nb, w.m, w.l, w.corr);
     block_values<T>(w.S, vrow, nb, w.corr, w.O, first, R, hd);
   }
