@@ -46,27 +46,28 @@ double median(std::vector<double> v) {
 
 using Clock = std::chrono::steady_clock;
 
-// One repetition of llama-bench's pp and tg tests: P random tokens in one step, then G tokens
-// decoded one at a time after `depth` random tokens were put into the cache (untimed).
+// One repetition of llama-bench's pp and tg tests at its depth: `depth` random tokens are put
+// into the cache (untimed), then P random tokens in one step, then (the cache cut back to the
+// depth) G tokens decoded one at a time.
 Speed run_efim_once(Model& model, const BenchArgs& a, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(model.config().vocab - 1));
   Speed s;
-  std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_len));
-  for (auto& t : prompt) t = tok(rng);
-  const DType kv = parse_kv_type(a.kv_type);
-  ContiguousSession pp(model, a.prompt_len, kv);
-  auto t0 = Clock::now();
-  pp.eval(prompt);
-  s.prefill_tps = a.prompt_len / std::chrono::duration<double>(Clock::now() - t0).count();
-
-  ContiguousSession tg(model, a.depth + a.gen, kv);
+  ContiguousSession session(model, a.depth + std::max(a.prompt_len, a.gen),
+                            parse_kv_type(a.kv_type));
   if (a.depth > 0) {
     std::vector<int32_t> context(static_cast<size_t>(a.depth));
     for (auto& t : context) t = tok(rng);
-    tg.eval(context);
+    session.eval(context);
   }
+  std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_len));
+  for (auto& t : prompt) t = tok(rng);
+  auto t0 = Clock::now();
+  session.eval(prompt);
+  s.prefill_tps = a.prompt_len / std::chrono::duration<double>(Clock::now() - t0).count();
+
+  session.truncate(a.depth);
   t0 = Clock::now();
-  for (int i = 0; i < a.gen; ++i) tg.eval({tok(rng)});
+  for (int i = 0; i < a.gen; ++i) session.eval({tok(rng)});
   s.decode_tps = a.gen / std::chrono::duration<double>(Clock::now() - t0).count();
   return s;
 }
@@ -96,7 +97,7 @@ struct ModelCost {
   std::string dtype;
 };
 
-ModelCost model_cost(const std::string& path, const ModelConfig& c, int prompt_len) {
+ModelCost model_cost(const std::string& path, const ModelConfig& c, int prompt_len, int depth) {
   GgufFile f = GgufFile::open(path);
   ModelCost cost;
   bool has_output = false;
@@ -116,12 +117,13 @@ ModelCost model_cost(const std::string& path, const ModelConfig& c, int prompt_l
     if (!embed || !has_output) cost.decode_bytes += used * static_cast<double>(t.nbytes);
     if ((t.dims.size() == 2 || experts) && (!embed || !has_output)) matmul_params += used * numel;
   }
-  // Prefill of P tokens: 2 flops per matmul weight per token (the output head runs for the last
-  // token only, which the per-token figure ignores) plus causal attention, QK^T and PV:
-  // 2 * 2 * q_dim * (P + 1) / 2 per token and layer on average.
+  // Prefill of P tokens after D in the cache: 2 flops per matmul weight per token (the output
+  // head runs for the last token only, which the per-token figure ignores) plus attention, QK^T
+  // and PV: 2 * 2 * q_dim * (D + (P + 1) / 2) per token and layer on average.
   double head = static_cast<double>(c.vocab * c.hidden);
   cost.prefill_flops_per_token = 2 * (matmul_params - head) +
-                                 2.0 * static_cast<double>(c.q_dim()) * (prompt_len + 1) *
+                                 2.0 * static_cast<double>(c.q_dim()) *
+                                     (prompt_len + 1 + 2.0 * depth) *
                                      static_cast<double>(c.n_layers);
   return cost;
 }
@@ -152,7 +154,7 @@ void run_bench(const BenchArgs& a) {
     lo.n_threads = a.threads;
     lo.huge_pages = !a.mmap;
     auto model = Model::load(path, lo);
-    ModelCost cost = model_cost(path, model->config(), a.prompt_len);
+    ModelCost cost = model_cost(path, model->config(), a.prompt_len, a.depth);
     // Decode also reads the K/V of the context, depth + gen / 2 tokens on average.
     const double kv_bytes = double(Engine::kv_bytes_per_token(model->config(),
                                                               parse_kv_type(a.kv_type))) *
@@ -183,8 +185,9 @@ void run_bench(const BenchArgs& a) {
       std::printf("| %s | %s | %s | %.1f | %s | %s | %.0f%% of %s |\n", name.c_str(),
                   cost.dtype.c_str(), test, e, peer_tps, ratio, 100 * share, of);
     };
-    row(("prefill " + std::to_string(a.prompt_len)).c_str(), e_pp, p_pp, pp_share, "FMA peak");
     const std::string at = a.depth > 0 ? " @ " + std::to_string(a.depth) : "";
+    row(("prefill " + std::to_string(a.prompt_len) + at).c_str(), e_pp, p_pp, pp_share,
+        "FMA peak");
     row(("decode " + std::to_string(a.gen) + at + " (" + a.kv_type + " K/V)").c_str(), e_tg, p_tg,
         tg_share, "bandwidth");
     report.push_back({{"model", path}, {"dtype", cost.dtype}, {"prefill_tps", e_pp},

@@ -162,7 +162,15 @@ void add_basic_routes(Server::Impl& s) {
   s.http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
     if (authorized(s, req)) return httplib::Server::HandlerResponse::Unhandled;
     res.status = 401;
-    res.set_content(http::error_body("invalid or missing API key (Authorization: Bearer KEY)",
+    // Names what the client sent wrong without echoing the key it tried.
+    const std::string got = req.get_header_value("Authorization");
+    const std::string why =
+        got.empty() ? "no Authorization header"
+        : got.rfind("Bearer ", 0) != 0
+            ? str("the Authorization header is not 'Bearer KEY' (", got.size(), " bytes)")
+            : "the Authorization header's bearer key is not this server's API key";
+    res.set_content(http::error_body(str("invalid or missing API key: ", why,
+                                         "; send Authorization: Bearer KEY"),
                                      "authentication_error"),
                     "application/json");
     return httplib::Server::HandlerResponse::Handled;

@@ -143,14 +143,13 @@ TEST_F(ServerTest, MetricsCountStopStringsAsStops) {
   EXPECT_LT(m.get("vllm:generation_tokens_total"), 4 + 60);
 }
 
-// Limit 1: while a streamed request is in flight another generation request gets 503; once it
-// has ended the next one is served.
-TEST_F(ServerTest, OverloadAnswers503AndRecovers) {
-  Running s(dir_->path(), {.step_delay_ms = 20, .max_requests = 1});
-  std::promise<void> first_chunk;
-  std::thread long_request([&] {
+// Streams `req` to /v1/completions on a thread of its own and returns once the first chunk
+// has arrived (the request holds its place in flight); the thread expects a 200.
+std::thread stream_in_background(const Running& s, json req) {
+  auto first_chunk = std::make_shared<std::promise<void>>();
+  std::future<void> arrived = first_chunk->get_future();
+  std::thread t([&s, req = std::move(req), first_chunk] {
     auto c = s.client();
-    json req = {{"prompt", "abc"}, {"max_tokens", 40}, {"ignore_eos", true}, {"stream", true}};
     httplib::Request hr;
     hr.method = "POST";
     hr.path = "/v1/completions";
@@ -158,7 +157,7 @@ TEST_F(ServerTest, OverloadAnswers503AndRecovers) {
     hr.set_header("Content-Type", "application/json");
     bool signalled = false;
     hr.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      if (!signalled) first_chunk.set_value();
+      if (!signalled) first_chunk->set_value();
       signalled = true;
       return true;
     };
@@ -168,7 +167,16 @@ TEST_F(ServerTest, OverloadAnswers503AndRecovers) {
       EXPECT_EQ(r->status, 200);
     }
   });
-  first_chunk.get_future().wait();
+  arrived.wait();
+  return t;
+}
+
+// Limit 1: while a streamed request is in flight another generation request gets 503; once it
+// has ended the next one is served.
+TEST_F(ServerTest, OverloadAnswers503AndRecovers) {
+  Running s(dir_->path(), {.step_delay_ms = 20, .max_requests = 1});
+  std::thread long_request = stream_in_background(
+      s, {{"prompt", "abc"}, {"max_tokens", 40}, {"ignore_eos", true}, {"stream", true}});
   auto c = s.client();
   auto r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})", "application/json");
   ASSERT_TRUE(r);
@@ -418,28 +426,8 @@ TEST_F(ServerTest, TokensInFlightCapAnswers503And413) {
     for (int i = 0; i < n; ++i) a.push_back(10 + i % 50);
     return a;
   };
-  std::promise<void> first_chunk;
-  std::thread long_request([&] {
-    auto c = s.client();
-    json req = {{"prompt", ids(30)}, {"max_tokens", 30}, {"ignore_eos", true}, {"stream", true}};
-    httplib::Request hr;
-    hr.method = "POST";
-    hr.path = "/v1/completions";
-    hr.body = req.dump();
-    hr.set_header("Content-Type", "application/json");
-    bool signalled = false;
-    hr.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      if (!signalled) first_chunk.set_value();
-      signalled = true;
-      return true;
-    };
-    auto r = c.send(hr);
-    EXPECT_TRUE(r);
-    if (r) {
-      EXPECT_EQ(r->status, 200);
-    }
-  });
-  first_chunk.get_future().wait();
+  std::thread long_request = stream_in_background(
+      s, {{"prompt", ids(30)}, {"max_tokens", 30}, {"ignore_eos", true}, {"stream", true}});
   auto c = s.client();
   json e = post(c, "/v1/completions", {{"prompt", ids(20)}, {"max_tokens", 2}}, 503)["error"];
   EXPECT_EQ(e["code"], "overloaded");

@@ -248,10 +248,15 @@ TEST_F(ServerTest, ApiKey) {
   auto r = c.Post("/v1/completions", req.dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
+  std::string msg = json::parse(r->body)["error"]["message"];
+  EXPECT_NE(msg.find("no Authorization header"), std::string::npos) << msg;
   c.set_bearer_token_auth("wrong");
   r = c.Post("/v1/completions", req.dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
+  msg = json::parse(r->body)["error"]["message"];
+  EXPECT_NE(msg.find("bearer key is not this server's API key"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("wrong"), std::string::npos) << "the key tried is not echoed: " << msg;
   c.set_bearer_token_auth("secret");
   r = c.Post("/v1/completions", req.dump(), "application/json");
   ASSERT_TRUE(r);
