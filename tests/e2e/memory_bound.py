@@ -7,6 +7,7 @@ infill requests with a 2 MB prefix and suffix (accepted: cut, then trimmed by to
 client threads; RSS (VmRSS of /proc/PID/status) must end within 50 MB of the baseline. A 15 MB
 body is refused with 413 too.
 """
+import os
 import json
 import re
 import subprocess
@@ -71,7 +72,11 @@ try:
         failures.append("the 2 MB plain prompts are not all 413")
     if statuses.get(("/infill", 200)) != 20:
         failures.append("the 2 MB infill requests are not all answered")
-    if end - start > 50:
+    if os.environ.get("EFIM_SANITIZED") == "1":
+        # ASan's allocator keeps freed memory in its quarantine (256 MB by default) and never
+        # returns it: RSS says nothing about efim's buffers there. The statuses still count.
+        print(f"sanitizer build: RSS growth {end - start:.1f} MB not checked")
+    elif end - start > 50:
         failures.append(f"RSS grew by {end - start:.1f} MB (> 50)")
     t0 = time.monotonic()
     s, body = post("/v1/completions", {"prompt": "x" * (15 * 1024 * 1024), "max_tokens": 1})
