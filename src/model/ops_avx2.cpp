@@ -391,7 +391,6 @@ void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* 
   const int64_t hd = a.head_dim, n_h = u.h1 - u.h0, R = u.rows();
   const int64_t qs = a.q_stride ? a.q_stride : a.n_heads * hd;
   const int64_t os = a.out_stride ? a.out_stride : a.n_heads * hd;
-  const int64_t row_bytes = a.kv_slot_stride;  // between the slots of one head
   FlashTiles w(work, R, hd);
   int64_t last[kFlashMaxRows];  // position of each row's query: its last visible key
   float* out[kFlashMaxRows];
@@ -419,8 +418,8 @@ void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* 
     while (last[first] < kb0) ++first;  // the last row always sees kb0 < k_end
     for (int64_t j = 0; j < KB; ++j) {  // padding keys: zero rows, masked below
       const int64_t slot = j < nb ? u.seq->ctx[kb0 + j] : -1;
-      krow[j] = slot >= 0 ? kbase + slot * row_bytes : kZeroRow;
-      vrow[j] = slot >= 0 ? vbase + slot * row_bytes : kZeroRow;
+      krow[j] = slot >= 0 ? kbase + slot * a.kv_slot_stride : kZeroRow;
+      vrow[j] = slot >= 0 ? vbase + slot * a.kv_slot_stride : kZeroRow;
     }
     if (few_rows(first, R)) {
       block_scores_direct<T>(w.Q, krow, w.S, first, R, hd);
