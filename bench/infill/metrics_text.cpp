@@ -142,7 +142,10 @@ std::optional<PrefixCacheCounters> prefix_cache_counters(std::string_view metric
   auto samples = parse_metrics(metrics_text);
   auto q = metric_sum(samples, kQueriesMetric), h = metric_sum(samples, kHitsMetric);
   if (!q && !h) return std::nullopt;
-  return PrefixCacheCounters{q.value_or(0), h.value_or(0)};
+  return PrefixCacheCounters{q.value_or(0), h.value_or(0),
+                             metric_sum(samples, kGeneratedMetric).value_or(0),
+                             metric_sum(samples, kDraftTokensMetric).value_or(0),
+                             metric_sum(samples, kAcceptedMetric).value_or(0)};
 }
 
 }  // namespace efim::bench

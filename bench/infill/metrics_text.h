@@ -24,9 +24,15 @@ std::vector<MetricSample> parse_metrics(std::string_view text);
 std::optional<double> metric_sum(const std::vector<MetricSample>& samples, std::string_view name);
 
 // The prefix-cache counters of a scrape (vLLM's names): prompt tokens looked up and found.
+// With them, speculative decoding's (0 when the server has none): tokens generated, draft
+// tokens verified and accepted.
 struct PrefixCacheCounters {
   double queries = 0, hits = 0;
+  double generated = 0, draft_tokens = 0, accepted = 0;
 };
+inline constexpr std::string_view kGeneratedMetric = "vllm:generation_tokens_total";
+inline constexpr std::string_view kDraftTokensMetric = "vllm:spec_decode_num_draft_tokens_total";
+inline constexpr std::string_view kAcceptedMetric = "vllm:spec_decode_num_accepted_tokens_total";
 inline constexpr std::string_view kQueriesMetric = "vllm:prefix_cache_queries_total";
 inline constexpr std::string_view kHitsMetric = "vllm:prefix_cache_hits_total";
 // nullopt when the scrape has neither counter.

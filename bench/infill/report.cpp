@@ -61,9 +61,29 @@ double percentile_of(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
 }
 
+std::string row_name(const SchemeResult& r) {
+  return std::string(scheme_name(r.scheme)) + (r.speculative == "ngram" ? "+spec" : "");
+}
+
+void add_same_text(const std::vector<SchemeResult>& results, std::vector<SchemeSummary>& rows) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].speculative != "ngram") continue;
+    for (const SchemeResult& plain : results) {
+      if (plain.scheme != results[i].scheme || plain.speculative != "off" ||
+          plain.requests.size() != results[i].requests.size())
+        continue;
+      size_t same = 0;
+      for (size_t k = 0; k < plain.requests.size(); ++k)
+        same += plain.requests[k].timing.text == results[i].requests[k].timing.text;
+      rows[i].same_text = same;
+    }
+  }
+}
+
 SchemeSummary summarize(const SchemeResult& r) {
   SchemeSummary s;
-  s.name = std::string(scheme_name(r.scheme));
+  s.name = row_name(r);
+  s.speculative = r.speculative == "ngram";
   s.requests = r.requests.size();
   s.wall_s = r.wall_s;
   std::vector<double> ttft, tpot, itl, lat;
@@ -101,6 +121,11 @@ SchemeSummary summarize(const SchemeResult& r) {
     const double q = r.metrics_after->queries - r.metrics_before->queries;
     const double h = r.metrics_after->hits - r.metrics_before->hits;
     s.reuse_rate = q > 0 ? h / q : 0.0;
+    const double g = r.metrics_after->generated - r.metrics_before->generated;
+    const double d = r.metrics_after->draft_tokens - r.metrics_before->draft_tokens;
+    const double a = r.metrics_after->accepted - r.metrics_before->accepted;
+    if (s.speculative && d > 0) s.acceptance_rate = a / d;
+    if (s.speculative && g > a) s.tokens_per_step = g / (g - a);
   }
   if (s.prompt_tokens > 0) s.usage_cached_rate = double(s.cached_tokens) / double(s.prompt_tokens);
   if (followup_prompt > 0)
@@ -139,7 +164,11 @@ nlohmann::json summary_json(const SchemeSummary& s) {
       {"usage_cached_rate", s.usage_cached_rate},
       {"followup_cached_rate", s.followup_cached_rate},
       {"latency_ratio_vs_cache_psm", opt_json(s.latency_ratio)},
-      {"throughput_ratio_vs_cache_psm", opt_json(s.throughput_ratio)}};
+      {"throughput_ratio_vs_cache_psm", opt_json(s.throughput_ratio)},
+      {"speculative", s.speculative},
+      {"acceptance_rate", opt_json(s.acceptance_rate)},
+      {"tokens_per_step", opt_json(s.tokens_per_step)},
+      {"same_text_as_plain", s.same_text ? nlohmann::json(*s.same_text) : nlohmann::json()}};
 }
 
 nlohmann::json report_json(const nlohmann::json& config, const std::vector<SchemeResult>& results,
@@ -174,8 +203,9 @@ std::string markdown_table(const std::vector<SchemeSummary>& rows) {
   std::string md =
       "| scheme | requests | TTFT mean / median / p90 (ms) | TPOT mean / median (ms) | "
       "latency mean / median (s) | req/s | output tok/s | reuse rate | reuse, rounds 1+ | "
-      "prompt tokens | output tokens | vs cache-psm: latency, throughput |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+      "prompt tokens | output tokens | vs cache-psm: latency, throughput | "
+      "draft acceptance, tokens per step | same text as without |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& s : rows) {
     std::string reuse = s.reuse_rate ? fmt("%.1f%%", *s.reuse_rate * 100) : "n/a";
     std::string vs = s.latency_ratio && s.throughput_ratio
@@ -188,7 +218,12 @@ std::string markdown_table(const std::vector<SchemeSummary>& rows) {
           fmt("%.2f", s.request_throughput) + " | " + fmt("%.1f", s.output_token_throughput) +
           " | " + reuse + " | " + fmt("%.1f%%", s.followup_cached_rate * 100) + " | " +
           std::to_string(s.prompt_tokens) + " | " +
-          std::to_string(s.output_tokens) + " | " + vs + " |\n";
+          std::to_string(s.output_tokens) + " | " + vs + " | " +
+          (s.acceptance_rate && s.tokens_per_step
+               ? fmt("%.1f%%", *s.acceptance_rate * 100) + ", " + fmt("%.2f", *s.tokens_per_step)
+               : std::string("n/a")) +
+          " | " + (s.same_text ? str(*s.same_text, " / ", s.requests) : std::string("n/a")) +
+          " |\n";
   }
   for (const auto& s : rows)
     if (s.short_requests > 0)

@@ -38,7 +38,18 @@ struct SchemeSummary {
   double followup_cached_rate = 0;
   // Against cache-psm (when it ran): mean latency / cache-psm's, request throughput / its.
   std::optional<double> latency_ratio, throughput_ratio;
+  // Speculative decoding, from /metrics deltas: accepted / drafted tokens, and tokens per
+  // sampling step (every step draws one token plus the drafts it accepted: G / (G - A)).
+  bool speculative = false;
+  std::optional<double> acceptance_rate, tokens_per_step;
+  // Against the same scheme without speculation (when it ran): requests whose text is the same.
+  std::optional<size_t> same_text;
 };
+
+// Row name: the scheme, "+spec" when the server speculated (--speculative ngram).
+std::string row_name(const SchemeResult& r);
+// For each "+spec" row with its plain row: same_text (requests in the same order).
+void add_same_text(const std::vector<SchemeResult>& results, std::vector<SchemeSummary>& rows);
 
 SchemeSummary summarize(const SchemeResult& r);
 // Fills latency_ratio and throughput_ratio from the cache-psm row, if there is one.

@@ -92,6 +92,7 @@ SchemeResult run_scheme(const FimLayout& layout, const Workload& w, Scheme s,
                         const RunOptions& opts) {
   SchemeResult out;
   out.scheme = s;
+  out.speculative = opts.speculative;
   out.max_tokens = opts.sampling.output_tokens;
   // Prompts are built before the clock starts: client-side tokenization is not served time.
   std::vector<std::vector<nlohmann::json>> bodies(w.users.size());
@@ -115,6 +116,7 @@ SchemeResult run_scheme(const FimLayout& layout, const Workload& w, Scheme s,
     spec.threads = opts.threads;
     spec.kv_cache_mb = opts.kv_cache_mb;
     spec.max_requests = opts.max_requests;
+    spec.speculative = opts.speculative;
     std::string dir = opts.log_dir;
     if (dir.empty()) {  // one folder per run: concurrent runs do not share log files
       dir =

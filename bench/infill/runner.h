@@ -23,6 +23,7 @@ struct RunOptions {
   int threads = 0;  // server -t
   int kv_cache_mb = 512;
   int max_requests = 0;  // > 0: server --max-requests
+  std::string speculative;  // server --speculative ("" = its default)
   std::string log_dir;   // server logs (serve-<scheme>.log)
   bool progress = true;  // a progress line on stderr
   double request_timeout_s = 600;
@@ -35,6 +36,7 @@ struct RequestRecord {
 
 struct SchemeResult {
   Scheme scheme = Scheme::cache_psm;
+  std::string speculative;                 // the server's --speculative ("": its default)
   std::string server;                      // URL benchmarked
   std::vector<std::string> serve_command;  // empty with RunOptions::server_url
   std::vector<RequestRecord> requests;     // ordered by user, then round

@@ -74,6 +74,10 @@ std::vector<std::string> serve_argv(const ServeSpec& s) {
     a.push_back("--token-healing-variant");
     a.push_back(s.token_healing_variant);
   }
+  if (!s.speculative.empty()) {
+    a.push_back("--speculative");
+    a.push_back(s.speculative);
+  }
   if (s.max_requests > 0) {
     a.push_back("--max-requests");
     a.push_back(std::to_string(s.max_requests));

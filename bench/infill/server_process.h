@@ -20,6 +20,7 @@ struct ServeSpec {
   int threads = 0;           // -t (0 = the server's default: all cores)
   int kv_cache_mb = 512;
   int max_requests = 0;  // > 0: --max-requests
+  std::string speculative;  // --speculative ("" = the server's default)
   std::string log_path;  // where the server's stderr goes
   double start_timeout_s = 120;
 };

@@ -32,6 +32,7 @@ struct BenchInfillArgs {
   WorkloadOptions workload;
   SamplingSpec sampling;
   int threads = 0, kv_cache_mb = 512, max_requests = 0;
+  std::string speculative = "ngram";  // off, ngram or both (each scheme twice)
   bool no_progress = false;
 };
 
@@ -86,6 +87,7 @@ nlohmann::json config_json(const BenchInfillArgs& a, const Workload& w, const Fi
           {"server_threads", a.threads},
           {"kv_cache_mb", a.kv_cache_mb},
           {"max_requests", a.max_requests},
+          {"speculative", a.speculative},
           {"server_url", a.server_url},
           {"client_cores", std::thread::hardware_concurrency()},
           {"date", when},
@@ -106,6 +108,10 @@ void run_bench_infill(BenchInfillArgs& a) {
   const std::vector<Scheme> schemes = parse_schemes(a.schemes);
   EFIM_CHECK(a.server_url.empty() || schemes.size() == 1,
              "--server benchmarks one running server: give exactly one --schemes name");
+  EFIM_CHECK(a.speculative == "off" || a.speculative == "ngram" || a.speculative == "both",
+             "--speculative takes off, ngram or both, got '", a.speculative, "'");
+  EFIM_CHECK(a.server_url.empty() || a.speculative != "both",
+             "--speculative both starts two servers; with --server give off or ngram");
   EFIM_CHECK(a.workload.rounds >= 1 && a.sampling.output_tokens >= 1,
              "--rounds and --output-tokens must be >= 1");
   const Tokenizer tok = load_tokenizer(a.model);
@@ -134,11 +140,18 @@ void run_bench_infill(BenchInfillArgs& a) {
   }
   std::vector<SchemeResult> results;
   std::vector<SchemeSummary> rows;
+  const std::vector<std::string> modes =
+      a.speculative == "both" ? std::vector<std::string>{"off", "ngram"}
+                              : std::vector<std::string>{a.speculative};
   for (Scheme s : schemes) {
-    results.push_back(run_scheme(layout, w, s, ro));
-    rows.push_back(summarize(results.back()));
+    for (const std::string& mode : modes) {
+      ro.speculative = a.server_url.empty() ? mode : "";
+      results.push_back(run_scheme(layout, w, s, ro));
+      rows.push_back(summarize(results.back()));
+    }
   }
   add_ratios(rows);
+  add_same_text(results, rows);
   const std::string md = markdown_table(rows);
   std::printf("%s", md.c_str());
   std::fflush(stdout);
@@ -198,6 +211,10 @@ void register_bench_infill(CLI::App& bench) {
   cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "Server K/V cache in MiB")
       ->capture_default_str();
   cmd->add_option("--max-requests", a->max_requests, "Passed to efim serve when > 0");
+  cmd->add_option("--speculative", a->speculative,
+                  "Server speculative decoding: ngram, off, or both (each scheme twice: rows "
+                  "without and with '+spec', and how many texts are the same)")
+      ->capture_default_str();
   cmd->add_option("--out", a->out_dir, "Write bench_infill.json, .md, .svg and server logs here");
   cmd->add_flag("--no-progress", a->no_progress, "No progress line on stderr");
   cmd->callback([a] { run_bench_infill(*a); });

@@ -1,12 +1,13 @@
 // `efim generate MODEL PROMPT`: streams a continuation (greedy or sampled) to stdout and prints
 // prefill and decode speeds to stderr.
-#include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
 #include "app/commands.h"
 #include "app/loaded.h"
 #include "base/error.h"
+#include "engine/engine.h"
 #include "sampling/sampler.h"
 
 namespace efim::app {
@@ -17,13 +18,28 @@ struct GenerateArgs {
   int n_predict = 64;
   int threads = 0;
   std::string kv_type = "f16";
+  std::string speculative = "off";
+  int draft_min = 1, draft_max = 8;
   bool special = false, ignore_eos = false, print_ids = false, add_bos = false;
   SamplingParams sampling;
 };
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
+// Runs on the engine (one request), so speculation on and off take the same path.
+EngineOptions generate_engine(const GenerateArgs& a, const LoadedModel& m, int64_t n_tokens) {
+  EngineOptions eo;
+  eo.kv_type = parse_kv_type(a.kv_type);
+  eo.kv.block_size = 16;
+  eo.kv.n_blocks = static_cast<int32_t>((n_tokens + a.draft_max + 15) / 16 + 1);
+  // The whole prompt in one step, as a plain forward pass would take it.
+  eo.scheduler.max_step_tokens = static_cast<int32_t>(n_tokens + a.draft_max + 1);
+  eo.scheduler.max_running = 1;
+  eo.tokenizer = &m.tokenizer;
+  std::vector<int32_t> eos(m.model->config().eos_tokens.begin(), m.model->config().eos_tokens.end());
+  for (int32_t t : {m.tokenizer.eos(), m.tokenizer.fim().eot})
+    if (t >= 0) eos.push_back(t);
+  eo.eos_tokens = eos;
+  eo.speculative = speculative_options(a.speculative, a.draft_min, a.draft_max);
+  return eo;
 }
 
 void run_generate(const GenerateArgs& a) {
@@ -43,45 +59,43 @@ void run_generate(const GenerateArgs& a) {
   const int64_t ctx = m.model->config().max_position;
   EFIM_CHECK(static_cast<int64_t>(prompt.size()) + a.n_predict <= ctx, "prompt (", prompt.size(),
              " tokens) + --n-predict (", a.n_predict, ") exceeds the context of ", ctx);
+  if (a.n_predict == 0) return (void)std::printf("\n");
 
-  ContiguousSession session(*m.model, static_cast<int64_t>(prompt.size()) + a.n_predict,
-                            parse_kv_type(a.kv_type));
-  Sampler sampler(a.sampling);
-  IncrementalDecoder decoder(m.tokenizer);
-  const auto& eos = m.model->config().eos_tokens;
-  auto is_eos = [&](int32_t t) {
-    if (t == m.tokenizer.eos() || t == m.tokenizer.fim().eot) return true;
-    for (auto e : eos)
-      if (e == t) return true;
-    return false;
-  };
-
-  auto t0 = Clock::now();
-  std::vector<float> logits = session.eval(prompt);
-  double prefill_s = seconds_since(t0);
-  auto t1 = Clock::now();
-  int generated = 0;
-  for (; generated < a.n_predict; ++generated) {
-    int32_t next = sampler.sample(logits);
-    const bool stop = !a.ignore_eos && is_eos(next);  // the end token is not printed as text
+  Engine engine(*m.model, generate_engine(a, m, static_cast<int64_t>(prompt.size()) + a.n_predict));
+  Request r;
+  r.prompt = prompt;
+  r.sampling = a.sampling;
+  r.max_tokens = a.n_predict;
+  r.ignore_eos = a.ignore_eos;
+  const size_t n_prompt = prompt.size();
+  std::shared_ptr<RequestStream> stream = engine.submit(std::move(r));
+  bool first = true;
+  for (StreamChunk c = stream->next(); !c.empty(); c = stream->next()) {
     if (a.print_ids) {
-      std::printf(generated ? " %d" : "%d", next);
-    } else if (!stop) {
-      std::fputs(decoder.push(next).c_str(), stdout);
+      for (int32_t t : c.tokens) std::printf(first ? "%d" : " %d", t), first = false;
+    } else {
+      std::fputs(c.text.c_str(), stdout);
     }
     std::fflush(stdout);
-    if (stop) {
-      ++generated;
-      break;
-    }
-    if (generated + 1 < a.n_predict) logits = session.eval({next});
   }
-  if (!a.print_ids) std::fputs(decoder.flush().c_str(), stdout);
+  const RequestResult res = stream->wait();
+  if (a.print_ids && res.stop_token >= 0) std::printf(first ? "%d" : " %d", res.stop_token);
   std::printf("\n");
-  double decode_s = seconds_since(t1);
+  EFIM_CHECK(res.finish != FinishReason::error, res.error);
+  // The end token counts as generated (it was computed and drawn), as llama.cpp counts it.
+  const int generated = static_cast<int>(res.tokens.size()) + (res.stop_token >= 0);
+  const double prefill_s = res.timings.first_token_ms / 1000.0;
+  const double decode_s = (res.timings.total_ms - res.timings.first_token_ms) / 1000.0;
   std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s"
-               " (%.1f tok/s)\n", prompt.size(), prefill_s, prompt.size() / prefill_s, generated,
-               decode_s, generated > 1 ? (generated - 1) / decode_s : 0.0);
+               " (%.1f tok/s)\n", n_prompt, prefill_s, n_prompt / prefill_s, generated, decode_s,
+               generated > 1 && decode_s > 0 ? (generated - 1) / decode_s : 0.0);
+  if (a.speculative != "off") {
+    std::fprintf(stderr, "speculative: %d decode steps for %d tokens (%.2f tokens per step); %d "
+                 "draft tokens, %d accepted (%.1f%%)\n", res.n_steps - 1, generated - 1,
+                 res.n_steps > 1 ? double(generated - 1) / (res.n_steps - 1) : 0.0,
+                 res.n_draft_tokens, res.n_accepted,
+                 res.n_draft_tokens ? 100.0 * res.n_accepted / res.n_draft_tokens : 0.0);
+  }
 }
 
 }  // namespace
@@ -105,6 +119,11 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-t,--threads", a->threads, "Threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--kv-type", a->kv_type, "K/V cache element type: f16, q8_0 or f32")
       ->capture_default_str();
+  cmd->add_option("--speculative", a->speculative,
+                  "Speculative decoding: ngram (drafts copied from the prompt and output) or off")
+      ->capture_default_str();
+  cmd->add_option("--draft-min", a->draft_min, "Shortest speculative draft")->capture_default_str();
+  cmd->add_option("--draft-max", a->draft_max, "Longest speculative draft")->capture_default_str();
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating after end-of-text tokens");
   cmd->add_flag("--ids", a->print_ids, "Print generated token ids instead of text");
   cmd->callback([a] { run_generate(*a); });

@@ -28,6 +28,8 @@ struct ServeArgs {
   int threads = 0;
   int64_t kv_cache_mb = 256;
   std::string kv_type = "f16";
+  std::string speculative = "ngram";
+  int draft_min = 1, draft_max = 8;
   bool no_prefix_cache = false;
   std::string alias;
   int64_t ctx_size = 0;  // 0: the model's context (or what the KV cache holds)
@@ -152,6 +154,7 @@ void run_serve(ServeArgs& a) {
              a.max_buffered_mb);
   a.server.max_buffered_bytes = size_t(a.max_buffered_mb) << 20;
   a.server.model_path = a.model;
+  (void)speculative_options(a.speculative, a.draft_min, a.draft_max);  // fails before loading
   StopOnSignal signals;
   LoadedModel m = load_model(a.model, a.threads);
   a.server.healing.fragment_trained = m.model->config().fragment_tokenization;
@@ -161,6 +164,7 @@ void run_serve(ServeArgs& a) {
   eo.kv_type = parse_kv_type(a.kv_type);
   eo.kv.prefix_cache = !a.no_prefix_cache;
   eo.tokenizer = &m.tokenizer;
+  eo.speculative = speculative_options(a.speculative, a.draft_min, a.draft_max);
   Engine engine(*m.model, eo);
   const int32_t n_ctx = served_context(a, m.model->config(), engine.kv_slots());
   EFIM_CHECK(a.max_tokens_in_flight >= -1,
@@ -175,11 +179,12 @@ void run_serve(ServeArgs& a) {
   const int port = server.bind();
   std::fprintf(stderr,
                "efim: serving %s on http://%s:%d (infill mode %s, token healing %s%s, prefix "
-               "cache %s, %lld-token %s K/V cache)\n",
+               "cache %s, %lld-token %s K/V cache, speculative %s)\n",
                a.server.model_id.c_str(), a.server.host.c_str(), port, a.infill_mode.c_str(),
                a.token_healing.c_str(),
                a.server.healing.fragment_trained ? " (fragment-trained model)" : "",
-               a.no_prefix_cache ? "off" : "on", (long long)engine.kv_slots(), a.kv_type.c_str());
+               a.no_prefix_cache ? "off" : "on", (long long)engine.kv_slots(), a.kv_type.c_str(),
+               a.speculative.c_str());
   signals.start(server, engine, a.shutdown_timeout_s);
   server.listen();
   signals.stop();
@@ -197,6 +202,12 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-t,--threads", a->threads, "Threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "K/V cache memory in MiB")
       ->capture_default_str();
+  cmd->add_option("--speculative", a->speculative,
+                  "Speculative decoding: ngram (drafts copied from the request's own text, verified "
+                  "in one step; the text is unchanged) or off")
+      ->capture_default_str();
+  cmd->add_option("--draft-min", a->draft_min, "Shortest speculative draft")->capture_default_str();
+  cmd->add_option("--draft-max", a->draft_max, "Longest speculative draft")->capture_default_str();
   cmd->add_option("--kv-type", a->kv_type,
                   "K/V cache element type: f16 (half of f32's bytes), q8_0 (about a quarter) or "
                   "f32")

@@ -183,4 +183,17 @@ std::vector<int32_t> parse_token_ids(const std::string& s, int32_t vocab) {
   return ids;
 }
 
+SpeculativeOptions speculative_options(const std::string& mode, int draft_min, int draft_max) {
+  EFIM_CHECK(mode == "ngram" || mode == "off", "--speculative must be ngram or off, got '", mode,
+             "'");
+  EFIM_CHECK(draft_min >= 1 && draft_max >= draft_min && draft_max <= 64, "--draft-min ",
+             draft_min, " and --draft-max ", draft_max, " must satisfy 1 <= min <= max <= 64");
+  SpeculativeOptions o;
+  o.enabled = mode == "ngram";
+  o.min_draft = draft_min;
+  o.max_draft = draft_max;
+  o.start_draft = std::clamp(4, draft_min, draft_max);
+  return o;
+}
+
 }  // namespace efim::app

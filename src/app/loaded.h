@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/engine.h"
 #include "model/convert.h"
 #include "model/model.h"
 #include "server/server.h"
@@ -33,6 +34,10 @@ ModelCard model_card(const std::string& path, const Model& model);
 ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
                                      ConvertType type, bool progress_bar,
                                      const std::function<void(GgufWriter&)>& extra = {});
+
+// --speculative ngram|off with --draft-min / --draft-max, as the engine's options; throws Error
+// naming the option for a bad value.
+SpeculativeOptions speculative_options(const std::string& mode, int draft_min, int draft_max);
 
 // Reads --text or --file (exactly one must be given).
 std::string text_argument(const std::string& text, const std::string& file, const char* what);

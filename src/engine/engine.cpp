@@ -93,6 +93,14 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
                r.prompt[i], " outside the vocabulary [0, ", c.vocab, ")");
   }
   EFIM_CHECK(r.max_tokens > 0, "request: max_tokens must be positive, got ", r.max_tokens);
+  EFIM_CHECK(r.max_draft >= 0, "request: max_draft must be >= 0, got ", r.max_draft);
+  for (size_t d = 0; d < r.draft_documents.size(); ++d) {
+    for (size_t i = 0; i < r.draft_documents[d].size(); ++i) {
+      const int32_t t = r.draft_documents[d][i];
+      EFIM_CHECK(t >= 0 && t < c.vocab, "request: draft document ", d, " token ", i, " = ", t,
+                 " outside the vocabulary [0, ", c.vocab, ")");
+    }
+  }
   EFIM_CHECK(int64_t(r.prompt.size()) + r.max_tokens <= kv_slots_, "request: prompt of ",
              r.prompt.size(), " tokens + max_tokens ", r.max_tokens, " need ",
              int64_t(r.prompt.size()) + r.max_tokens, " KV cache slots, but the cache holds ",
@@ -115,7 +123,7 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
     sched_.add(id, r.prompt);
     std::unique_ptr<InfillVocab> vocab = infill_vocab(r);
     Sampler sampler(r.sampling, vocab.get());
-    Live live{std::move(r), stream, std::move(vocab), std::move(sampler), {}, {}, now, {}, 0, {}};
+    Live live{std::move(r), stream, std::move(vocab), std::move(sampler), {}, {}, now, {}, 0, {}, {}};
     if (opt_.tokenizer) live.decoder.emplace(*opt_.tokenizer);
     if (!live.request.heal_bytes.empty()) {
       if (live.request.heal_exact)
@@ -123,6 +131,19 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
       else
         live.heal.emplace(*vocab_index_, live.request.heal_bytes);
       live.strip = live.request.heal_bytes.size();
+    }
+    if (opt_.speculative.enabled && live.request.speculative) {
+      const SpeculativeOptions& so = opt_.speculative;
+      const int32_t max = live.request.max_draft > 0
+                              ? std::clamp(live.request.max_draft, so.min_draft, so.max_draft)
+                              : so.max_draft;
+      live.drafting.reset(new Live::Drafting{
+          NgramIndex(so.ngram), 0, DraftLength(so.min_draft, max, so.start_draft)});
+      // Later documents win a lookup: the output (appended to the prompt's document) over the
+      // caller's documents over the prompt.
+      live.drafting->doc = live.drafting->index.add_document(live.request.prompt);
+      for (const auto& d : live.request.draft_documents) live.drafting->index.add_document(d);
+      live.request.draft_documents.clear();
     }
     live.result.id = id;
     live_.emplace(id, std::move(live));
@@ -243,6 +264,7 @@ void Engine::loop() {
 }
 
 void Engine::step() {
+  draft();
   StepPlan plan = sched_.schedule();
   for (SeqId id : plan.rejected) {
     if (probes_.contains(id)) {
@@ -284,10 +306,47 @@ void Engine::step() {
     return;
   }
   ++steps_;
-  for (const SampledToken& t : sampled)
-    if (t.token >= 0) on_token(t.id, t.token);
+  count_drafts(plan, sampled);
+  for (const SampledToken& t : sampled)  // a request can finish before its last accepted draft
+    if (t.token >= 0 && live_.contains(t.id)) on_token(t.id, t.token, t.in_sequence);
   advance_coverings();
   if (opt_.on_step) opt_.on_step(plan);
+}
+
+void Engine::draft() {
+  if (!opt_.speculative.enabled) return;
+  for (auto& [id, l] : live_) {
+    if (!l.drafting || l.covering || (l.heal && l.heal->active())) continue;
+    if (!sched_.contains(id) || !sched_.is_running(id) || sched_.n_draft(id) > 0) continue;
+    if (int64_t(sched_.tokens(id).size()) - sched_.n_computed(id) != 1) continue;  // not decoding
+    // The token after the draft is drawn too, so a draft may take all but one of what is left.
+    const int32_t room = l.request.max_tokens - static_cast<int32_t>(l.result.tokens.size()) - 1;
+    const int32_t k = std::min(l.drafting->length.next(), room);
+    if (k <= 0) continue;
+    const std::vector<int32_t> d = l.drafting->index.propose(l.drafting->doc, k);
+    if (!d.empty()) sched_.set_draft(id, d);
+  }
+}
+
+// Per request: steps, drafts verified and accepted (before on_token may finish the request).
+void Engine::count_drafts(const StepPlan& plan, const std::vector<SampledToken>& sampled) {
+  size_t at = 0;  // sampled is in plan order
+  for (const PlannedSeq& p : plan.seqs) {
+    if (!p.sample) continue;
+    int32_t accepted = 0;
+    for (; at < sampled.size() && sampled[at].id == p.id; ++at) accepted += sampled[at].in_sequence;
+    auto it = live_.find(p.id);
+    if (it == live_.end()) continue;  // a probe
+    Live& l = it->second;
+    ++l.result.n_steps;
+    if (p.n_draft == 0) continue;
+    l.result.n_draft_tokens += p.n_draft;
+    l.result.n_accepted += accepted;
+    ++metrics_.spec_drafts;
+    metrics_.spec_draft_tokens += p.n_draft;
+    metrics_.spec_accepted_tokens += accepted;
+    if (l.drafting) l.drafting->length.update(p.n_draft, accepted);
+  }
 }
 
 // A request's first admission: its prompt was looked up in the prefix cache.
@@ -330,7 +389,7 @@ std::string Engine::text_of(Live& l, int32_t token) {
   return l.decoder->push_bytes(b.substr(n));
 }
 
-void Engine::on_token(SeqId id, int32_t token) {
+void Engine::on_token(SeqId id, int32_t token, bool in_sequence) {
   Live& l = live_.at(id);
   ++metrics_.generation_tokens;
   if (l.result.tokens.empty() && l.result.stop_token < 0) {
@@ -351,7 +410,8 @@ void Engine::on_token(SeqId id, int32_t token) {
   if (static_cast<int32_t>(l.result.tokens.size()) >= l.request.max_tokens) {
     return finish(id, FinishReason::length);
   }
-  sched_.append_token(id, token);
+  if (l.drafting) l.drafting->index.append(l.drafting->doc, std::span(&token, 1));
+  if (!in_sequence) sched_.append_token(id, token);
 }
 
 bool Engine::is_eos(int32_t token) const {

@@ -25,11 +25,22 @@
 #include "kv/kv_manager.h"
 #include "model/model.h"
 #include "sampling/covering.h"
+#include "sampling/ngram_draft.h"
 #include "sampling/token_healing.h"
 #include "sampling/vocab_index.h"
 #include "tokenizer/tokenizer.h"
 
 namespace efim {
+
+// Speculative decoding without a draft model (sampling/ngram_draft.h): before a step, a
+// decoding sequence gets a draft copied from where its last tokens occurred before (its prompt,
+// its output, Request.draft_documents); the step computes the token and the draft together, and
+// the runner accepts drafts while they equal the tokens drawn, so the output is unchanged.
+struct SpeculativeOptions {
+  bool enabled = false;
+  NgramDraftOptions ngram;
+  int32_t min_draft = 1, max_draft = 8, start_draft = 4;  // DraftLength's adaptive range
+};
 
 struct EngineOptions {
   SchedulerOptions scheduler;
@@ -49,6 +60,7 @@ struct EngineOptions {
   // Called on the engine thread before a non-empty step runs (tests: a slow prompt).
   std::function<void(const StepPlan&)> before_step;
   CoveringOptions covering;  // budget of the exact healing variant (Request.heal_exact)
+  SpeculativeOptions speculative;
 };
 
 class Engine {
@@ -101,6 +113,12 @@ class Engine {
     std::optional<HealConstraint> heal;  // with Request.heal_bytes
     size_t strip = 0;  // bytes of heal_bytes not yet left out of the text
     std::optional<CoveringSearch> covering;  // with Request.heal_exact, until it has chosen
+    struct Drafting {
+      NgramIndex index;
+      int32_t doc = 0;  // the request's own tokens: prompt, then output
+      DraftLength length;
+    };
+    std::unique_ptr<Drafting> drafting;  // with speculation on for it
   };
   // A probe of the exact healing variant: a sequence of the owner's prompt + a token path,
   // run to get the logits after the path (engine_healing.cpp). Ids are negative.
@@ -113,7 +131,9 @@ class Engine {
   void call(const std::function<void()>& fn);  // post and wait
   void loop();
   void step();
-  void on_token(SeqId id, int32_t token);
+  void on_token(SeqId id, int32_t token, bool in_sequence);
+  void draft();  // speculative drafts for the decoding sequences (before a step)
+  void count_drafts(const StepPlan& plan, const std::vector<SampledToken>& sampled);
   int32_t choose(SeqId id, std::span<float> logits);  // the runner's SamplerFor
   std::string text_of(Live& l, int32_t token);
   // Exact healing (engine_healing.cpp): logits for a search; after a step, launch the next

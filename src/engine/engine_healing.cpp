@@ -99,7 +99,7 @@ void Engine::advance_coverings() {
     l.result.n_heal_tokens = int32_t(path.size());
     for (int32_t t : path) {
       if (!live_.contains(id)) break;  // ended by a stop token or max_tokens
-      on_token(id, t);
+      on_token(id, t, false);
     }
   }
 }

@@ -56,6 +56,10 @@ struct EngineMetrics {
   // efim_token_healing_bytes: how many bytes each had to reproduce.
   int64_t token_healing = 0;
   Histogram heal_bytes{heal_bytes_buckets()};
+  // Speculative decoding (vLLM's series): vllm:spec_decode_num_drafts_total (drafts verified),
+  // vllm:spec_decode_num_draft_tokens_total (tokens in them),
+  // vllm:spec_decode_num_accepted_tokens_total (of those, accepted).
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 }  // namespace efim

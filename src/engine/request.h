@@ -31,6 +31,13 @@ struct Request {
   // heal_bytes, weighed by their probability under the model (short probe sequences compute
   // the logits after proper-prefix tokens), instead of one masked step at a time.
   bool heal_exact = false;
+  // Speculative decoding (EngineOptions.speculative): false turns it off for this request.
+  // While healing it is off. It never changes the output, only how many steps it takes.
+  bool speculative = true;
+  int32_t max_draft = 0;  // > 0: drafts at most this long (within the engine's range)
+  // More text the drafts may be copied from besides the prompt and the output (e.g. the
+  // previous completions at the same place).
+  std::vector<std::vector<int32_t>> draft_documents;
 };
 
 // Token healing of r.prompt's tail at or after `from` (infill/healing.h): removes the backed-off
@@ -53,6 +60,9 @@ struct RequestResult {
   int32_t n_cached = 0;        // prompt tokens reused from the prefix cache at first admission
   int32_t n_preemptions = 0;   // times the request was preempted (recomputed)
   int32_t n_heal_tokens = 0;   // generated tokens spent reproducing heal_bytes
+  int32_t n_steps = 0;         // engine steps that sampled a token for it
+  int32_t n_draft_tokens = 0;  // speculative draft tokens verified
+  int32_t n_accepted = 0;      // of those, accepted
   RequestTimings timings;
   std::string error;           // set when finish == error
 };

@@ -17,7 +17,7 @@ Batch Runner::build_batch(const StepPlan& plan, const Scheduler& sched, const Kv
     const int32_t si = b.add_sequence(std::move(slots));
     const std::span<const int32_t> toks = sched.tokens(p.id);
     for (int32_t pos = p.start; pos < end; ++pos) {
-      b.add_token(toks[pos], pos, si, p.sample && pos == end - 1);
+      b.add_token(toks[pos], pos, si, p.sample && pos >= end - 1 - p.n_draft);
     }
   }
   return b;
@@ -36,11 +36,21 @@ std::vector<SampledToken> Runner::run(const StepPlan& plan, Scheduler& sched,
   std::vector<SampledToken> out;
   size_t row = 0;
   for (const PlannedSeq& p : plan.seqs) {
-    sched.on_computed(p);
+    if (p.n_draft == 0) sched.on_computed(p);
     if (!p.sample) continue;
-    const std::span<float> l(logits_.data() + row * vocab, size_t(vocab));
-    out.push_back({p.id, sampler(p.id, l)});
-    ++row;
+    const std::span<const int32_t> draft =
+        sched.tokens(p.id).subspan(size_t(p.start + p.n_tokens - p.n_draft));
+    int32_t accepted = 0;
+    for (int32_t j = 0; j <= p.n_draft; ++j) {
+      const std::span<float> l(logits_.data() + (row + size_t(j)) * vocab, size_t(vocab));
+      const int32_t token = sampler(p.id, l);
+      const bool hit = j < p.n_draft && token == draft[size_t(j)];
+      out.push_back({p.id, token, hit});
+      if (!hit) break;
+      ++accepted;
+    }
+    if (p.n_draft > 0) sched.on_verified(p, accepted);
+    row += size_t(p.n_draft) + 1;
   }
   return out;
 }

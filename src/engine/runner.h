@@ -17,6 +17,9 @@ namespace efim {
 struct SampledToken {
   SeqId id = 0;
   int32_t token = 0;
+  // An accepted draft token: it is already the sequence's next token (computed), so the
+  // caller emits it but does not append it again.
+  bool in_sequence = false;
 };
 
 class Runner {
@@ -29,6 +32,11 @@ class Runner {
   using SamplerFor = std::function<int32_t(SeqId, std::span<float>)>;
   // Runs `plan` (non-empty), commits its tokens through `sched`, returns the sampled tokens in
   // plan order. The sampled tokens are not yet appended to the sequences.
+  // A chunk with a draft d[0..k) is verified: the token after each position is drawn by
+  // `sampler` in order, as plain decoding would draw it (same logits, same generator state),
+  // while the drawn token equals the draft at that position; the first one that differs, or the
+  // one after a fully accepted draft, ends it. So the tokens returned are exactly those plain
+  // decoding would have produced, and the sampler runs once per token returned.
   std::vector<SampledToken> run(const StepPlan& plan, Scheduler& sched, const SamplerFor& sampler);
 
   // The batch `plan` turns into (exposed for tests).

@@ -15,6 +15,14 @@
 //      KV pool allow (KvManager::match_and_allocate: the cached prefix counts as computed); an
 //      allocation failure makes the head of the queue (and everything behind it) wait.
 // A sequence that cannot fit in the whole pool is rejected rather than waiting forever.
+//
+// Speculative decoding: a decoding sequence (one uncomputed token) may carry a draft of k
+// provisional tokens after it (set_draft). It is planned as one chunk of 1 + k tokens with
+// logits at each of them; drafts are cut to fit the token budget (decode tokens keep theirs
+// first), and a draft that needs KV blocks the pool cannot give is dropped before anything is
+// preempted for it. After the step, on_verified keeps the accepted drafts as computed tokens
+// and drops the rest, so rejected rows never reach the prefix cache; a preempted sequence
+// loses its draft.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +46,9 @@ struct PlannedSeq {
   int32_t start = 0;     // = tokens computed before the step
   int32_t n_tokens = 0;  // > 0
   bool sample = false;   // the chunk ends at the last wanted token: sample the next one
+  // The chunk's last n_draft tokens are a draft (then sample is true): logits at each of its
+  // last 1 + n_draft positions, committed through Scheduler::on_verified.
+  int32_t n_draft = 0;
   bool operator==(const PlannedSeq&) const = default;
 };
 
@@ -62,7 +73,14 @@ class Scheduler {
   // Plans the next step; changes the KV manager (admission, growth, preemption).
   StepPlan schedule();
   // After the step ran: the planned tokens of `p` are computed (commits them to the KV manager).
+  // Not for a chunk with a draft.
   void on_computed(const PlannedSeq& p);
+  // Appends a draft to a running sequence with exactly one uncomputed token and no draft.
+  void set_draft(SeqId id, std::span<const int32_t> draft);
+  // After the step ran a chunk with a draft: its first n_accepted draft tokens matched the
+  // tokens drawn, so they and the token before them are computed (and committed); the other
+  // drafts are dropped from the sequence and its KV blocks.
+  void on_verified(const PlannedSeq& p, int32_t n_accepted);
   // A token was sampled for `id`: it becomes wanted (computed by a later step).
   void append_token(SeqId id, int32_t token);
   // Removes a sequence (finished, cancelled or rejected); a running one's blocks are released,
@@ -73,6 +91,7 @@ class Scheduler {
   bool has_work() const { return !seqs_.empty(); }
   std::span<const int32_t> tokens(SeqId id) const { return get(id).tokens; }
   int32_t n_computed(SeqId id) const { return get(id).n_computed; }
+  int32_t n_draft(SeqId id) const { return get(id).n_draft; }
   bool is_running(SeqId id) const { return get(id).running; }
   int32_t n_cached_at_admission(SeqId id) const { return get(id).n_cached; }
   int32_t n_preemptions(SeqId id) const { return get(id).n_preemptions; }
@@ -90,9 +109,12 @@ class Scheduler {
     int32_t admissions = 0;
     int32_t n_preemptions = 0;
     bool urgent = false;
+    int32_t n_draft = 0;       // the last n_draft tokens are a draft (not yet verified)
   };
   const Seq& get(SeqId id) const;
   Seq& get(SeqId id);
+  void fit_drafts();
+  void drop_draft(Seq& s, int32_t n);
   void grow_running(StepPlan& plan);
   void preempt(SeqId id, StepPlan& plan);
   void admit_waiting(StepPlan& plan, int32_t& budget);

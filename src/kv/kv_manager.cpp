@@ -158,6 +158,21 @@ void KvManager::share_full_row(Sequence& s, int32_t row, int32_t twin) {
   unref(own);
 }
 
+void KvManager::truncate(SeqId id, int32_t n_tokens) {
+  Sequence& s = seq(id);
+  EFIM_CHECK(n_tokens >= s.n_computed && n_tokens <= static_cast<int32_t>(s.tokens.size()),
+             "KvManager::truncate: sequence ", id, " to ", n_tokens, " tokens, outside [",
+             s.n_computed, ", ", s.tokens.size(), "]");
+  ++clock_;
+  s.tokens.resize(static_cast<size_t>(n_tokens));
+  // Rows wholly past the computed tokens were never committed, so they are in no tree node:
+  // unref frees them.
+  while (static_cast<int32_t>(s.table.size()) > rows_for(s.tokens.size())) {
+    unref(s.table.back());
+    s.table.pop_back();
+  }
+}
+
 void KvManager::release(SeqId id) {
   Sequence& s = seq(id);
   ++clock_;

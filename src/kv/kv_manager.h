@@ -40,6 +40,9 @@
 //   commit(id, n_computed)         -> positions [0, n_computed) hold K/V: cache them. The copies
 //       returned by match_and_allocate must have run before the first commit (the copy source
 //       stays referenced until then);
+//   truncate(id, n)                -> drops tokens [n, n_tokens) that were never computed (a
+//       speculative draft the model rejected): their blocks return to the free list, nothing
+//       of them was ever cached;
 //   release(id)                    -> finished/cancelled: blocks return, computed rows stay
 //       cached;
 //   clear()                        -> drop every unreferenced cached block.
@@ -110,6 +113,9 @@ class KvManager {
   std::optional<SeqAllocation> match_and_allocate(SeqId id, std::span<const int32_t> prompt);
   bool append_tokens(SeqId id, std::span<const int32_t> tokens);
   void commit(SeqId id, int32_t n_computed);
+  // Keeps the first n_tokens tokens (n_computed <= n_tokens <= tokens held); rows past the last
+  // one kept are freed.
+  void truncate(SeqId id, int32_t n_tokens);
   void release(SeqId id);
   void clear();
 

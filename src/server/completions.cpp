@@ -131,6 +131,7 @@ CompletionJob parse_completion(Server::Impl& s, const json& body) {
   job.request.max_tokens =
       int32_t(http::get_int(body, "max_tokens", 1, s.n_ctx - 1).value_or(16));
   job.request.sampling = parse_sampling(body, s.tok.vocab_size());
+  parse_speculative(body, job.request);
   job.request.ignore_eos = http::get_bool(body, "ignore_eos").value_or(false);
   job.stream = http::get_bool(body, "stream").value_or(false);
   job.stops = parse_stops(body);

@@ -119,6 +119,18 @@ SamplingParams parse_sampling(const json& body, int32_t vocab) {
   return p;
 }
 
+void parse_speculative(const json& body, Request& r) {
+  if (auto v = http::get_bool(body, "speculative")) r.speculative = *v;
+  if (auto v = http::get_int(body, "speculative.n_max", 0, 1024)) {
+    r.speculative = r.speculative && *v > 0;
+    r.max_draft = int32_t(*v);
+  }
+  // The shortest draft is the engine's (efim serve --draft-min); any value is accepted.
+  (void)http::get_int(body, "speculative.n_min", 0, 1024);
+  // llama.cpp's draft-model probability floor; n-gram drafts have no probabilities.
+  (void)http::get_number(body, "speculative.p_min");
+}
+
 std::vector<std::string> parse_stops(const json& body, const char* field) {
   auto it = body.find(field);
   if (it == body.end() || it->is_null()) return {};

@@ -88,6 +88,13 @@ void engine_series(PromText& p, const EngineMetrics& m) {
   p.one("vllm:generation_tokens_total", "counter",
         "Sampled tokens (a stop or EOS token that ended a request included).",
         m.generation_tokens);
+  p.one("vllm:spec_decode_num_drafts_total", "counter",
+        "Speculative drafts verified (one per sequence and step that had one).", m.spec_drafts);
+  p.one("vllm:spec_decode_num_draft_tokens_total", "counter", "Tokens in the verified drafts.",
+        m.spec_draft_tokens);
+  p.one("vllm:spec_decode_num_accepted_tokens_total", "counter",
+        "Draft tokens accepted (equal to the token drawn at their position).",
+        m.spec_accepted_tokens);
   p.family("vllm:request_success_total", "counter", "Finished requests by finish reason.");
   p.sample("vllm:request_success_total", {{"finished_reason", "stop"}}, m.finished_stop);
   p.sample("vllm:request_success_total", {{"finished_reason", "length"}}, m.finished_length);

@@ -196,6 +196,7 @@ void parse_native_fields(const Server::Impl& s, const json& body, NativeJob& job
   // Type-checked only: the prefix cache is a server setting (efim serve --no-prefix-cache).
   http::get_bool(body, "cache_prompt");
   job.request.sampling = parse_sampling(body, s.tok.vocab_size());
+  parse_speculative(body, job.request);
   job.request.ignore_eos = http::get_bool(body, "ignore_eos").value_or(false);
 }
 

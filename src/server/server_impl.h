@@ -199,6 +199,10 @@ const char* finish_reason(const DriveOutcome& o);
 // fields.cpp. Sampling fields (temperature, top_k, top_p, min_p, seed, samplers); refuses the
 // llama.cpp options efim does not implement (check_unimplemented).
 SamplingParams parse_sampling(const http::json& body, int32_t vocab);
+// `speculative` (efim: false turns speculative decoding off for the request; it never changes
+// the text) and llama.cpp's `speculative.n_max` (0: off, else the longest draft); its
+// `speculative.n_min` and `speculative.p_min` are checked and have no effect.
+void parse_speculative(const http::json& body, Request& r);
 // llama.cpp's `samplers`: names (or a string of letters) in order; empty when absent.
 std::vector<SamplerStage> parse_samplers(const http::json& body);
 // Throws Error for repeat_penalty, frequency/presence_penalty, dry_multiplier, typical_p,

@@ -167,6 +167,39 @@ TEST(BenchReport, MarkdownHasEveryScheme) {
   EXPECT_NE(lines[2].find("| 22.7% | 50.0% |"), std::string::npos) << lines[2];  // 50/220, 60/120
 }
 
+// A "+spec" row: acceptance and tokens per step from the /metrics deltas, and how many texts
+// equal those of the same scheme without speculation.
+TEST(BenchReport, SpeculativeRowsHaveAcceptanceTokensPerStepAndSameText) {
+  SchemeResult plain = result(Scheme::cache_efim, 1, 50);
+  plain.speculative = "off";
+  SchemeResult spec = plain;
+  spec.speculative = "ngram";
+  spec.metrics_before->generated = 1000;
+  spec.metrics_before->draft_tokens = 500;
+  spec.metrics_before->accepted = 100;
+  spec.metrics_after->generated = 1100;   // 100 tokens generated
+  spec.metrics_after->draft_tokens = 580;  // 80 drafted
+  spec.metrics_after->accepted = 160;      // 60 accepted: 40 steps
+  plain.requests[0].timing.text = "a";
+  spec.requests[0].timing.text = "b";
+  std::vector<SchemeResult> res = {plain, spec};
+  std::vector<SchemeSummary> rows = {summarize(plain), summarize(spec)};
+  add_same_text(res, rows);
+  EXPECT_EQ(rows[0].name, "cache-efim");
+  EXPECT_EQ(rows[1].name, "cache-efim+spec");
+  EXPECT_FALSE(rows[0].acceptance_rate);
+  EXPECT_FALSE(rows[0].same_text);
+  EXPECT_NEAR(*rows[1].acceptance_rate, 0.75, 1e-12);
+  EXPECT_NEAR(*rows[1].tokens_per_step, 2.5, 1e-12);
+  EXPECT_EQ(*rows[1].same_text, plain.requests.size() - 1);
+  const std::string md = markdown_table(rows);
+  EXPECT_NE(md.find("| 75.0%, 2.50 | " + std::to_string(plain.requests.size() - 1) + " / " +
+                    std::to_string(plain.requests.size()) + " |"),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(summary_json(rows[1])["tokens_per_step"], 2.5);
+}
+
 // Requests the server ended before max_tokens (despite ignore_eos) are counted and flagged.
 TEST(BenchReport, ShortRequestsAreFlagged) {
   SchemeResult r = result(Scheme::cache_auto, 1, 0);

@@ -220,5 +220,82 @@ TEST(Scheduler, RemoveFreesBlocksAndBadInputThrows) {
   EXPECT_THROW(s.on_computed({3, 0, 1, true}), Error);  // not running
 }
 
+// A draft is planned with the token before it (logits at each), verified, and its rejected
+// tail leaves the sequence and the KV blocks; the accepted part is computed and cached.
+TEST(Scheduler, DraftIsPlannedWithItsTokenAndTheRejectedTailIsDropped) {
+  KvManager kv({.n_blocks = 8, .block_size = 4});
+  Scheduler s({.max_step_tokens = 16, .max_running = 4}, kv);
+  s.add(1, iota_tokens(6, 100));
+  EXPECT_THROW(s.set_draft(1, std::vector<int32_t>{50}), Error);  // waiting, not decoding
+  run_plan(s, s.schedule());  // 6 computed, token 7 appended
+  s.set_draft(1, std::vector<int32_t>{50, 51, 52});
+  EXPECT_THROW(s.set_draft(1, std::vector<int32_t>{53}), Error);  // one draft at a time
+  EXPECT_THROW(s.append_token(1, 9), Error);                      // not while drafting
+  StepPlan p = s.schedule();
+  EXPECT_EQ(p.seqs, (std::vector<PlannedSeq>{{1, 6, 4, true, 3}}));
+  EXPECT_EQ(table(kv, 1), (std::vector<int32_t>{0, 1, 2}));  // 10 tokens
+  EXPECT_THROW(s.on_computed(p.seqs[0]), Error);  // a draft is verified, not just computed
+  s.on_verified(p.seqs[0], 1);                   // 50 accepted, 51 rejected
+  EXPECT_EQ(s.n_computed(1), 8);
+  EXPECT_EQ(s.n_draft(1), 0);
+  EXPECT_EQ(std::vector<int32_t>(s.tokens(1).begin(), s.tokens(1).end()),
+            (std::vector<int32_t>{100, 101, 102, 103, 104, 105, 7, 50}));
+  EXPECT_EQ(table(kv, 1), (std::vector<int32_t>{0, 1}));  // block 2 is free again
+  EXPECT_EQ(kv.stats().free_blocks, 6);
+  EXPECT_EQ(kv.peek(std::vector<int32_t>{100, 101, 102, 103, 104, 105, 7, 50, 51}), 8);
+  s.append_token(1, 60);  // the token drawn where 51 was rejected
+  EXPECT_EQ(s.schedule().seqs, (std::vector<PlannedSeq>{{1, 8, 1, true, 0}}));
+  kv.check_invariants();
+}
+
+// Decode tokens keep their place in the budget; drafts get what is left, in admission order.
+TEST(Scheduler, DraftsAreCutToTheStepBudget) {
+  KvManager kv({.n_blocks = 16, .block_size = 4});
+  Scheduler s({.max_step_tokens = 7, .max_running = 4}, kv);
+  s.add(1, iota_tokens(3, 100));
+  s.add(2, iota_tokens(3, 200));
+  run_plan(s, s.schedule());
+  s.set_draft(1, std::vector<int32_t>{1, 2, 3, 4});
+  s.set_draft(2, std::vector<int32_t>{5, 6, 7, 8});
+  StepPlan p = s.schedule();
+  EXPECT_EQ(p.seqs, (std::vector<PlannedSeq>{{1, 3, 5, true, 4}, {2, 3, 2, true, 1}}));
+  EXPECT_EQ(p.n_tokens, 7);
+  EXPECT_EQ(s.tokens(2).size(), 5u);  // 7, then the one draft token left
+  s.on_verified(p.seqs[0], 4);
+  s.on_verified(p.seqs[1], 0);
+  EXPECT_EQ(s.n_computed(1), 8);
+  EXPECT_EQ(s.n_computed(2), 4);
+  kv.check_invariants();
+}
+
+// A draft never preempts: without blocks for it, it is dropped; preemption drops a draft too.
+TEST(Scheduler, DraftsAreDroppedRatherThanPreemptAndByPreemption) {
+  KvManager kv({.n_blocks = 3, .block_size = 4});
+  Scheduler s({.max_step_tokens = 16, .max_running = 4}, kv);
+  s.add(1, iota_tokens(3, 100));  // block 0
+  s.add(2, iota_tokens(7, 200));  // blocks 1, 2
+  run_plan(s, s.schedule());      // 1: 4 tokens, 2: 8 tokens: the pool is full
+  s.set_draft(1, std::vector<int32_t>{1, 2});
+  StepPlan p = s.schedule();
+  EXPECT_TRUE(p.preempted.empty());
+  EXPECT_EQ(p.seqs, (std::vector<PlannedSeq>{{1, 3, 1, true, 0}, {2, 7, 1, true, 0}}));
+  EXPECT_EQ(s.n_draft(1), 0);
+  run_plan(s, p);  // 1: 5 tokens (needs a block), 2: 9 tokens
+  // 2 (admitted last) holds a draft when 1's growth preempts it: it loses the draft.
+  KvManager kv2({.n_blocks = 2, .block_size = 4});
+  Scheduler s2({.max_step_tokens = 16, .max_running = 4}, kv2);
+  s2.add(1, iota_tokens(4, 100));  // block 0
+  s2.add(2, iota_tokens(3, 200));  // block 1
+  run_plan(s2, s2.schedule());     // 1: 5 tokens, 2: 4 tokens
+  s2.set_draft(2, std::vector<int32_t>{1, 2, 3});
+  StepPlan p2 = s2.schedule();
+  EXPECT_EQ(p2.preempted, (std::vector<SeqId>{2}));
+  EXPECT_EQ(p2.seqs, (std::vector<PlannedSeq>{{1, 4, 1, true, 0}}));
+  EXPECT_EQ(s2.n_draft(2), 0);
+  EXPECT_EQ(std::vector<int32_t>(s2.tokens(2).begin(), s2.tokens(2).end()),
+            (std::vector<int32_t>{200, 201, 202, 7}));
+  kv2.check_invariants();
+}
+
 }  // namespace
 }  // namespace efim

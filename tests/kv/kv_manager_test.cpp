@@ -333,3 +333,34 @@ TEST(KvManager, DropsADominatedPartialRowOnRelease) {
   EXPECT_EQ(kv.peek(concat(p, V{106, 9})), 7);
   kv.check_invariants();
 }
+
+// A rejected speculative draft: its rows return to the free list, the computed part stays
+// cached and hittable, and the sequence grows again from the kept tokens.
+TEST(KvManager, TruncateDropsUncomputedDraftRows) {
+  KvManager kv({.n_blocks = 6, .block_size = 4});
+  ASSERT_TRUE(kv.match_and_allocate(1, V{10, 11, 12, 13, 14}));  // rows 0, 1
+  kv.commit(1, 5);
+  ASSERT_TRUE(kv.append_tokens(1, V{15, 90, 91, 92, 93}));  // 15 + a 4-token draft: rows 1, 2
+  EXPECT_EQ(table(kv, 1), (V{0, 1, 2}));
+  EXPECT_THROW(kv.truncate(1, 4), Error);   // below the 5 computed
+  EXPECT_THROW(kv.truncate(1, 11), Error);  // beyond the 10 held
+  kv.truncate(1, 7);  // 15 and the first draft token (90) verified
+  EXPECT_EQ(table(kv, 1), (V{0, 1}));
+  EXPECT_EQ(refs(kv, 6), (V{1, 1, 0, 0, 0, 0}));
+  EXPECT_EQ(kv.stats().free_blocks, 4);
+  EXPECT_EQ(kv.free_order().back(), 2);  // the draft's block is free again, not cached
+  kv.commit(1, 7);
+  kv.check_invariants();
+  EXPECT_EQ(kv.peek(V{10, 11, 12, 13, 14, 15, 90, 91}), 7);  // 91 was never computed
+  ASSERT_TRUE(kv.append_tokens(1, V{50, 51}));
+  EXPECT_EQ(V(kv.tokens(1).begin(), kv.tokens(1).end()), (V{10, 11, 12, 13, 14, 15, 90, 50, 51}));
+  // (block 2 went to the back of the free list, so the next row takes block 3)
+  EXPECT_EQ(table(kv, 1), (V{0, 1, 3}));
+  kv.truncate(1, 7);  // a truncate within the last row frees nothing
+  EXPECT_EQ(table(kv, 1), (V{0, 1}));
+  kv.release(1);
+  kv.check_invariants();
+  const KvStats st = kv.stats();
+  EXPECT_EQ(st.used_blocks, 0);
+  EXPECT_EQ(st.free_blocks + st.cached_blocks, 6);
+}

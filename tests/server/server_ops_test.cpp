@@ -447,5 +447,42 @@ TEST_F(ServerTest, TokensInFlightCapAnswers503And413) {
   EXPECT_EQ(ok["usage"]["prompt_tokens"], 40);
 }
 
+// Speculation through the HTTP API: the same text with it on, off for one request
+// (`speculative: false`, llama.cpp's `speculative.n_max: 0`), and vLLM's counters.
+TEST_F(ServerTest, SpeculativeDecodingKeepsTheTextAndIsCounted) {
+  RunOptions ro;
+  ro.speculative = true;
+  Running s(dir_->path(), ro);
+  auto c = s.client();
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < 40; ++i) ids.push_back(10 + (i % 6) * 7);  // repeats: drafts exist
+  json on = token_prompt(ids, 40);
+  const std::string text = post(c, "/v1/completions", on)["choices"][0]["text"];
+  const Metrics m1 = metrics(c);
+  const double drafted = m1.get("vllm:spec_decode_num_draft_tokens_total");
+  EXPECT_GT(m1.get("vllm:spec_decode_num_drafts_total"), 0);
+  EXPECT_GT(drafted, 0);
+  EXPECT_LE(m1.get("vllm:spec_decode_num_accepted_tokens_total"), drafted);
+  for (const json& off : {json{{"speculative", false}}, json{{"speculative.n_max", 0}}}) {
+    json body = on;
+    body.update(off);
+    EXPECT_EQ(post(c, "/v1/completions", body)["choices"][0]["text"], text) << off.dump();
+    EXPECT_EQ(metrics(c).get("vllm:spec_decode_num_draft_tokens_total"), drafted) << off.dump();
+  }
+  // llama.cpp's own route and fields: drafts of at most 2 tokens, the same text.
+  EXPECT_EQ(post(c, "/completion", {{"prompt", ids}, {"n_predict", 40}, {"ignore_eos", true},
+                                    {"speculative.n_max", 2}, {"speculative.n_min", 1}})["content"],
+            text);
+  EXPECT_GT(metrics(c).get("vllm:spec_decode_num_draft_tokens_total"), drafted);
+  json bad = on;
+  bad["speculative"] = "yes";
+  const json err = post(c, "/v1/completions", bad, 400);
+  EXPECT_NE(err.dump().find("speculative"), std::string::npos) << err.dump();
+  bad = on;
+  bad["speculative.n_max"] = -1;
+  EXPECT_NE(post(c, "/v1/completions", bad, 400).dump().find("speculative.n_max"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace efim

@@ -33,6 +33,7 @@ struct RunOptions {
   int read_timeout_s = 60;  // of client()
   size_t max_buffered_bytes = size_t(256) << 20;
   int64_t max_tokens_in_flight = 0;
+  bool speculative = false;  // the engine's n-gram speculation (efim serve's default is on)
 };
 
 struct Running {  // one model + engine + server; the server listens on its own thread
@@ -48,6 +49,7 @@ struct Running {  // one model + engine + server; the server listens on its own 
     eo.kv.block_size = ro.block_size;
     eo.kv.n_blocks = ro.n_blocks;
     eo.kv.prefix_cache = ro.prefix_cache;
+    eo.speculative.enabled = ro.speculative;
     if (ro.step_delay_ms > 0)
       eo.on_step = [ms = ro.step_delay_ms](const StepPlan&) {
         std::this_thread::sleep_for(std::chrono::milliseconds(ms));

@@ -195,7 +195,7 @@ inline std::vector<std::vector<int32_t>> oracle_encode(const std::string& tokeni
     at += 4;
     EFIM_CHECK(at + 4ull * n <= bin.size(), out, ": truncated");
     v.resize(n);
-    std::memcpy(v.data(), bin.data() + at, 4ull * n);
+    if (n > 0) std::memcpy(v.data(), bin.data() + at, 4ull * n);  // an empty v has no data()
     at += 4ull * n;
   }
   return ids;

@@ -43,7 +43,7 @@ namespace {
 
 constexpr int kNR = 8;  // weight rows per interleaved panel
 constexpr int kMR = 4;  // x rows per micro-tile
-constexpr int64_t kGemmMinRows = 3;
+constexpr int64_t kGemmMinRows = 8;
 constexpr int kPanelBlockBytes = kNR * kQBlock;  // 256 bytes per block of a panel
 
 inline __m256i bcast4(const int8_t* p) {
