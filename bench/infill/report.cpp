@@ -61,10 +61,6 @@ double percentile_of(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
 }
 
-std::string row_name(const SchemeResult& r) {
-  return std::string(scheme_name(r.scheme)) + (r.speculative == "ngram" ? "+spec" : "");
-}
-
 void add_same_text(const std::vector<SchemeResult>& results, std::vector<SchemeSummary>& rows) {
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].speculative != "ngram") continue;
@@ -82,7 +78,7 @@ void add_same_text(const std::vector<SchemeResult>& results, std::vector<SchemeS
 
 SchemeSummary summarize(const SchemeResult& r) {
   SchemeSummary s;
-  s.name = row_name(r);
+  s.name = std::string(scheme_name(r.scheme));
   s.speculative = r.speculative == "ngram";
   s.requests = r.requests.size();
   s.wall_s = r.wall_s;

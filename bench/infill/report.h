@@ -43,11 +43,10 @@ struct SchemeSummary {
   bool speculative = false;
   std::optional<double> acceptance_rate, tokens_per_step;
   // Against the same scheme without speculation (when it ran): requests whose text is the same.
+  // (With both, the caller names the speculating row "<scheme>+spec".)
   std::optional<size_t> same_text;
 };
 
-// Row name: the scheme, "+spec" when the server speculated (--speculative ngram).
-std::string row_name(const SchemeResult& r);
 // For each "+spec" row with its plain row: same_text (requests in the same order).
 void add_same_text(const std::vector<SchemeResult>& results, std::vector<SchemeSummary>& rows);
 

@@ -148,6 +148,7 @@ void run_bench_infill(BenchInfillArgs& a) {
       ro.speculative = a.server_url.empty() ? mode : "";
       results.push_back(run_scheme(layout, w, s, ro));
       rows.push_back(summarize(results.back()));
+      if (modes.size() > 1 && mode == "ngram") rows.back().name += "+spec";
     }
   }
   add_ratios(rows);
