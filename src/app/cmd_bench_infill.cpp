@@ -32,7 +32,7 @@ struct BenchInfillArgs {
   WorkloadOptions workload;
   SamplingSpec sampling;
   int threads = 0, kv_cache_mb = 512, max_requests = 0;
-  std::string speculative = "ngram";  // off, ngram or both (each scheme twice)
+  std::string speculative = "off";  // off, ngram or both (each scheme twice)
   bool no_progress = false;
 };
 

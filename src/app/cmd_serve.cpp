@@ -28,7 +28,9 @@ struct ServeArgs {
   int threads = 0;
   int64_t kv_cache_mb = 256;
   std::string kv_type = "f16";
-  std::string speculative = "ngram";
+  // Off by default: on this 2-core AVX2 VM a verify step of k rows costs nearly k steps (int8
+  // matmul is compute-bound here), so drafts did not pay (README, "Speculative decoding").
+  std::string speculative = "off";
   int draft_min = 1, draft_max = 8;
   bool no_prefix_cache = false;
   std::string alias;
