@@ -33,6 +33,7 @@ struct BenchArgs {
   std::string kv_type = "f16";   // both engines' K/V cache element type
   bool no_peer = false;
   bool mmap = false;  // weights mapped from the page cache instead of copied into huge pages
+  std::vector<int> users;  // batched decode: these numbers of sequences decoding together
 };
 
 struct Speed {
@@ -128,10 +129,66 @@ ModelCost model_cost(const std::string& path, const ModelConfig& c, int prompt_l
   return cost;
 }
 
+// Batched decode (efim only): `users` sequences, each with max(depth, 1) random tokens in the
+// cache (prefilled one sequence at a time, untimed), then `gen` steps that decode one token of
+// every sequence. Returns the tokens per second of all sequences together.
+double run_batched_once(Model& model, const BenchArgs& a, int users, std::mt19937& rng) {
+  const ModelConfig& c = model.config();
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab - 1));
+  const int64_t ctx = std::max(a.depth, 1), per = ctx + a.gen;  // slots per sequence
+  KvCache cache = KvCache::for_model(c, users * per, parse_kv_type(a.kv_type));
+  std::vector<float> logits(static_cast<size_t>(users * c.vocab));  // [users, vocab]
+  auto slots = [&](int u, int64_t n) {  // sequence u's slots for positions [0, n)
+    std::vector<int32_t> s(static_cast<size_t>(n));
+    for (int64_t p = 0; p < n; ++p) s[size_t(p)] = static_cast<int32_t>(u * per + p);
+    return s;
+  };
+  for (int u = 0; u < users; ++u) {
+    Batch b;
+    const int32_t si = b.add_sequence(slots(u, ctx));
+    for (int64_t p = 0; p < ctx; ++p) b.add_token(tok(rng), int32_t(p), si, p == ctx - 1);
+    model.forward(b, cache, logits.data());
+  }
+  const auto t0 = Clock::now();
+  for (int g = 0; g < a.gen; ++g) {
+    Batch b;
+    for (int u = 0; u < users; ++u) {
+      const int32_t si = b.add_sequence(slots(u, ctx + g + 1));
+      b.add_token(tok(rng), int32_t(ctx + g), si, true);
+    }
+    model.forward(b, cache, logits.data());
+  }
+  return users * a.gen / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The batched-decode table of one model: every --users count, median of --reps.
+void batched_rows(Model& model, const BenchArgs& a, const std::string& name,
+                  const ModelCost& cost, double bandwidth_gbs, nlohmann::json& report) {
+  const double kv_token = double(Engine::kv_bytes_per_token(model.config(),
+                                                            parse_kv_type(a.kv_type)));
+  std::printf("\n| model | users | decode tok/s, all | per user | ms per step | bytes per step "
+              "(MB) | share of bandwidth |\n|---|---|---|---|---|---|---|\n");
+  std::mt19937 rng(1);
+  for (int users : a.users) {
+    std::vector<double> tps;
+    for (int r = 0; r < a.reps; ++r) tps.push_back(run_batched_once(model, a, users, rng));
+    const double all = median(tps), step_s = users / all;
+    // Each step reads the weights once and every sequence's K/V (depth + gen / 2 on average).
+    const double bytes = cost.decode_bytes + users * kv_token * (std::max(a.depth, 1) + a.gen / 2.0);
+    const double share = bytes / step_s / 1e9 / bandwidth_gbs;
+    std::printf("| %s | %d | %.1f | %.1f | %.2f | %.1f | %.0f%% |\n", name.c_str(), users, all,
+                all / users, 1000 * step_s, bytes / 1e6, 100 * share);
+    report.push_back({{"model", name}, {"users", users}, {"decode_tps_all", all},
+                      {"decode_tps_per_user", all / users}, {"bytes_per_step", bytes},
+                      {"share_of_bandwidth", share}, {"depth", a.depth}, {"kv_type", a.kv_type}});
+  }
+}
+
 void run_bench(const BenchArgs& a) {
   EFIM_CHECK(a.prompt_len > 0 && a.gen > 0 && a.reps > 0, "--prompt-len, --gen and --reps must be"
              " positive");
   EFIM_CHECK(a.depth >= 0, "--depth must be >= 0, got ", a.depth);
+  for (int u : a.users) EFIM_CHECK(u >= 1 && u <= 256, "--users takes 1..256, got ", u);
   (void)parse_kv_type(a.kv_type);  // a bad name fails before any model loads
   bool peer = !a.no_peer;
   if (peer)
@@ -197,6 +254,7 @@ void run_bench(const BenchArgs& a) {
                       {"bandwidth_gbs", bandwidth_gbs}, {"threads", a.threads}, {"huge_pages", !a.mmap},
                       {"prompt_len", a.prompt_len}, {"gen", a.gen}, {"reps", a.reps},
                       {"depth", a.depth}, {"kv_type", a.kv_type}, {"decode_kv_bytes", kv_bytes}});
+    if (!a.users.empty()) batched_rows(*model, a, name, cost, bandwidth_gbs, report);
   }
   if (!a.json_out.empty()) std::ofstream(a.json_out) << report.dump(1) << "\n";
 }
@@ -222,6 +280,10 @@ void register_bench_model(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "Threads for both engines")->capture_default_str();
   cmd->add_option("--json", a->json_out, "Also write the results as JSON");
+  cmd->add_option("--users", a->users,
+                  "Batched decode (efim only): decode these numbers of sequences together, each "
+                  "at --depth, e.g. --users 1,2,4,8,16")
+      ->delimiter(',');
   cmd->callback([a] { run_bench(*a); });
 }
 
