@@ -145,7 +145,7 @@ void run_bench_infill(BenchInfillArgs& a) {
                               : std::vector<std::string>{a.speculative};
   for (Scheme s : schemes) {
     for (const std::string& mode : modes) {
-      ro.speculative = a.server_url.empty() ? mode : "";
+      ro.speculative = mode;  // passed to the servers it starts; labels the row either way
       results.push_back(run_scheme(layout, w, s, ro));
       rows.push_back(summarize(results.back()));
       if (modes.size() > 1 && mode == "ngram") rows.back().name += "+spec";

@@ -1,6 +1,5 @@
 // `efim generate MODEL PROMPT`: streams a continuation (greedy or sampled) to stdout and prints
 // prefill and decode speeds to stderr.
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -29,9 +28,10 @@ EngineOptions generate_engine(const GenerateArgs& a, const LoadedModel& m, int64
   EngineOptions eo;
   eo.kv_type = parse_kv_type(a.kv_type);
   eo.kv.block_size = 16;
-  eo.kv.n_blocks = static_cast<int32_t>((n_tokens + a.draft_max + 15) / 16 + 1);
+  // Drafts never reach past prompt + max_tokens (Engine::draft), so n_tokens slots suffice.
+  eo.kv.n_blocks = static_cast<int32_t>((n_tokens + 15) / 16);
   // The whole prompt in one step, as a plain forward pass would take it.
-  eo.scheduler.max_step_tokens = static_cast<int32_t>(n_tokens + a.draft_max + 1);
+  eo.scheduler.max_step_tokens = static_cast<int32_t>(n_tokens);
   eo.scheduler.max_running = 1;
   eo.tokenizer = &m.tokenizer;
   std::vector<int32_t> eos(m.model->config().eos_tokens.begin(), m.model->config().eos_tokens.end());

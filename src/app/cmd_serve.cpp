@@ -156,7 +156,8 @@ void run_serve(ServeArgs& a) {
              a.max_buffered_mb);
   a.server.max_buffered_bytes = size_t(a.max_buffered_mb) << 20;
   a.server.model_path = a.model;
-  (void)speculative_options(a.speculative, a.draft_min, a.draft_max);  // fails before loading
+  const SpeculativeOptions speculative =  // a bad value fails before the model loads
+      speculative_options(a.speculative, a.draft_min, a.draft_max);
   StopOnSignal signals;
   LoadedModel m = load_model(a.model, a.threads);
   a.server.healing.fragment_trained = m.model->config().fragment_tokenization;
@@ -166,7 +167,7 @@ void run_serve(ServeArgs& a) {
   eo.kv_type = parse_kv_type(a.kv_type);
   eo.kv.prefix_cache = !a.no_prefix_cache;
   eo.tokenizer = &m.tokenizer;
-  eo.speculative = speculative_options(a.speculative, a.draft_min, a.draft_max);
+  eo.speculative = speculative;
   Engine engine(*m.model, eo);
   const int32_t n_ctx = served_context(a, m.model->config(), engine.kv_slots());
   EFIM_CHECK(a.max_tokens_in_flight >= -1,

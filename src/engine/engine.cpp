@@ -137,11 +137,11 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
       const int32_t max = live.request.max_draft > 0
                               ? std::clamp(live.request.max_draft, so.min_draft, so.max_draft)
                               : so.max_draft;
-      live.drafting.reset(new Live::Drafting{
-          NgramIndex(so.ngram), 0, DraftLength(so.min_draft, max, so.start_draft)});
-      // Later documents win a lookup: the output (appended to the prompt's document) over the
-      // caller's documents over the prompt.
-      live.drafting->doc = live.drafting->index.add_document(live.request.prompt);
+      live.drafting.reset(new Live::Drafting{NgramIndex(so.ngram),
+                                             DraftLength(so.min_draft, max, so.start_draft)});
+      // Later documents win a lookup: the output (appended to the prompt's document, kOwn) over
+      // the caller's documents over the prompt.
+      live.drafting->index.add_document(live.request.prompt);
       for (const auto& d : live.request.draft_documents) live.drafting->index.add_document(d);
       live.request.draft_documents.clear();
     }
@@ -317,13 +317,14 @@ void Engine::draft() {
   if (!opt_.speculative.enabled) return;
   for (auto& [id, l] : live_) {
     if (!l.drafting || l.covering || (l.heal && l.heal->active())) continue;
-    if (!sched_.contains(id) || !sched_.is_running(id) || sched_.n_draft(id) > 0) continue;
-    if (int64_t(sched_.tokens(id).size()) - sched_.n_computed(id) != 1) continue;  // not decoding
+    if (!sched_.contains(id) || !sched_.is_running(id)) continue;
+    // Decoding: only the last sampled token is uncomputed (so there is no draft either).
+    if (int64_t(sched_.tokens(id).size()) - sched_.n_computed(id) != 1) continue;
     // The token after the draft is drawn too, so a draft may take all but one of what is left.
     const int32_t room = l.request.max_tokens - static_cast<int32_t>(l.result.tokens.size()) - 1;
     const int32_t k = std::min(l.drafting->length.next(), room);
     if (k <= 0) continue;
-    const std::vector<int32_t> d = l.drafting->index.propose(l.drafting->doc, k);
+    const std::vector<int32_t> d = l.drafting->index.propose(Live::Drafting::kOwn, k);
     if (!d.empty()) sched_.set_draft(id, d);
   }
 }
@@ -410,7 +411,7 @@ void Engine::on_token(SeqId id, int32_t token, bool in_sequence) {
   if (static_cast<int32_t>(l.result.tokens.size()) >= l.request.max_tokens) {
     return finish(id, FinishReason::length);
   }
-  if (l.drafting) l.drafting->index.append(l.drafting->doc, std::span(&token, 1));
+  if (l.drafting) l.drafting->index.append(Live::Drafting::kOwn, std::span(&token, 1));
   if (!in_sequence) sched_.append_token(id, token);
 }
 

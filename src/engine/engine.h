@@ -114,8 +114,8 @@ class Engine {
     size_t strip = 0;  // bytes of heal_bytes not yet left out of the text
     std::optional<CoveringSearch> covering;  // with Request.heal_exact, until it has chosen
     struct Drafting {
+      static constexpr int32_t kOwn = 0;  // the first document: the prompt, then the output
       NgramIndex index;
-      int32_t doc = 0;  // the request's own tokens: prompt, then output
       DraftLength length;
     };
     std::unique_ptr<Drafting> drafting;  // with speculation on for it
