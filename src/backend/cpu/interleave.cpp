@@ -97,8 +97,7 @@ bool has_interleaved_layout(DType t) { return t == DType::Q4_K || t == DType::Q6
 
 bool can_interleave(const WeightMatrix& w) {
   return has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows &&
-         w.cols > 0 && active_kernel() == CpuKernel::Avx512 &&
-         detail::avx512_vnni_supported();
+         w.cols > 0 && has_avx2(active_kernel());
 }
 
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool) {

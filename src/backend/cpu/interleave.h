@@ -42,8 +42,8 @@ constexpr int kInterleaveRows = 8;
 // Whether t has an interleaved layout (Q4_K, Q6_K).
 bool has_interleaved_layout(DType t);
 
-// Whether matmul computes W interleaved natively on this CPU (the active kernel is AVX-512
-// with VNNI) and W is Q4_K or Q6_K in the file's layout with at least 8 rows.
+// Whether matmul computes W interleaved natively on this CPU (the active kernel is AVX2 or
+// AVX-512) and W is Q4_K or Q6_K in the file's layout with at least 8 rows.
 bool can_interleave(const WeightMatrix& w);
 
 // Writes W's rows interleaved to out (W's byte size: W's own bytes, rewritten in place, or

@@ -58,6 +58,11 @@ void matmul_panel_avx512(ThreadPool& pool, const float* x, int64_t m, const Weig
                          float* y, int64_t ldy);
 void matmul_panel_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
                                   const WeightMatrix& w, float* y, int64_t ldy);
+// Interleaved Q4_K / Q6_K (interleave.h) on AVX2, any m: 8 weight rows per maddubs, up to 4
+// rows of x per pass (matmul_interleaved_avx2.cpp). Whole groups of 8 rows only; y[i][r] at
+// y + i * ldy + r (ldy >= W.rows).
+void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                             float* y, int64_t ldy);
 inline bool is_panel_type(DType t) {
   return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K ||
          t == DType::Q6_K;

@@ -89,8 +89,9 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
              "matmul: unsupported weight dtype ", dtype_name(w.dtype));
 }
 
-// Interleaved Q4_K / Q6_K (interleave.h): natively by the AVX-512 VNNI kernels (the tail rows
-// by the file-layout kernels), otherwise (other variants, tests) on a copy in the file's layout.
+// Interleaved Q4_K / Q6_K (interleave.h): natively by the AVX-512 VNNI kernels or the AVX2 ones
+// (the tail rows by the file-layout kernels); the scalar variant (tests) on a copy in the
+// file's layout.
 void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                         float* y, CpuKernel kernel) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == kInterleaveRows &&
@@ -99,11 +100,14 @@ void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const Weigh
              "of at least ", kInterleaveRows, " rows, not ", dtype_name(w.dtype), " [", w.rows,
              ", ", w.cols, "]");
   const size_t row_bytes = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
-  if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported()) {
+  if (has_avx2(kernel)) {
     const int64_t whole = w.rows / kInterleaveRows * kInterleaveRows, tail = w.rows - whole;
     WeightMatrix groups = w;
     groups.rows = whole;
-    detail::matmul_panel_avx512(pool, x, m, groups, y, w.rows);
+    if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported())
+      detail::matmul_panel_avx512(pool, x, m, groups, y, w.rows);
+    else
+      detail::matmul_interleaved_avx2(pool, x, m, groups, y, w.rows);
     if (tail == 0) return;
     // The tail rows (file layout, after the groups): y[i][whole..rows).
     const WeightMatrix rest{w.dtype, tail, w.cols, static_cast<const uint8_t*>(w.data) + whole * row_bytes};

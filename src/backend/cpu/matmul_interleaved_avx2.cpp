@@ -1,0 +1,314 @@
+// AVX2 GEMV and GEMM on Q4_K and Q6_K weights interleaved 8 rows at a time (interleave.h),
+// against Q8_K activations: the decode path of CPUs without AVX-512 VNNI.
+//
+// One 32-byte register of the layout holds 4 bytes of each of 8 weight rows (int32 lane r =
+// row r). With x's 4 matching quants broadcast to every lane,
+//     maddubs(q, x4) = [q0 x0 + q1 x1, q2 x2 + q3 x3] per lane     (two int16 per row)
+// so one maddubs serves 8 rows, partial sums stay in int16 across a sub-block, and one madd
+// with the sub-block's scale as an int16 pair (sc_r, sc_r) per lane gives sc_r t_r in int32:
+//     Q4_K (32-element sub-blocks j): S_r = sum_j sc_rj t_rj,  M_r = sum_j mn_rj bsum32_j,
+//                                     y_r += d_r dx S_r - dmin_r dx M_r
+//     Q6_K (16-element sub-blocks j): S_r = sum_j sc_rj t_rj,  O_r = sum_j 32 sc_rj bsum16_j,
+//                                     y_r += d_r dx (S_r - O_r)   (the folded offset q - 32)
+// The row kernels (matmul_blocks_avx2.cpp) spend, per 32 weights of one row, a maddubs, a
+// madd, a scale shuffle and a horizontal sum per super-block; here a maddubs serves 8 rows and
+// the scales cost one madd per sub-block of 8 rows: about half the instructions per weight.
+// Bounds: Q4_K sums 8 maddubs per sub-block in int16, at most 8 * 2 * 15 * 127 = 30480; Q6_K
+// sums 2, at most 2 * 2 * 63 * 127 = 32004 (4 would overflow: two madds per 16 elements).
+// The integer sums are the scalar kernel's exactly (quant_int.h); only the f32 order differs.
+//
+// Rows of x are taken kMaxX at a time against one group, so each unpacked register serves
+// them all (prefill); threads take ranges of groups, so each streams its own part of W.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu/interleave.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_int.h"
+#include "base/thread_pool.h"
+#include "tensor/quant.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include "backend/cpu/avx2_helpers.h"
+
+namespace efim::cpu::detail {
+
+namespace {
+
+constexpr int kMaxX = 4;  // rows of x per pass over a group
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// x's 4 quants at p in every int32 lane.
+inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Byte J of every int32 lane of v, as the int16 pair (b, b) of that lane (b < 64).
+template <int J>
+inline __m256i lane_byte_twice(__m256i v) {
+  const __m256i b = _mm256_and_si256(_mm256_srli_epi32(v, 8 * J), _mm256_set1_epi32(0xff));
+  return _mm256_or_si256(b, _mm256_slli_epi32(b, 16));
+}
+
+// 8 int8 values (one per row) as int16 pairs (lo_r, hi_r) in lane r.
+inline __m256i pair16(const int8_t* lo, const int8_t* hi) {
+  const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo));
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi));
+  return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+}
+
+// ---- Q4_K ----
+
+// Q4_K's 6-bit scales and mins of 8 rows: lane r of sc_lo / sc_hi holds row r's scales of
+// sub-blocks 0..3 / 4..7, one per byte (k4_scales on 8 rows at once); mn_lo / mn_hi its mins.
+struct Q4Scales {
+  __m256i sc_lo, sc_hi, mn_lo, mn_hi;
+};
+inline Q4Scales q4_scales(const BlockQ4_Kx8& b) {
+  const __m256i m6 = _mm256_set1_epi8(0x3f), m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+  const __m256i w0 = load256(b.scales[0]), w1 = load256(b.scales[1]), w2 = load256(b.scales[2]);
+  Q4Scales s;
+  s.sc_lo = _mm256_and_si256(w0, m6);
+  s.mn_lo = _mm256_and_si256(w1, m6);
+  s.sc_hi = _mm256_or_si256(_mm256_and_si256(w2, m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), m2), 4));
+  s.mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), m2), 4));
+  return s;
+}
+
+// S[i] += sc_J t_J for sub-block J (elements 32J..32J+31: qs bytes 32(J/2).., low nibbles for
+// even J, high for odd) of the 8 rows against x rows xs[i].
+template <int J, int MX>
+inline void q4_sub(const BlockQ4_Kx8& b, const int8_t* const xs[MX], __m256i scale, __m256i S[MX]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256i t[MX];
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) {
+    const __m256i v = load256(b.qs[J / 2][g]);
+    const __m256i q = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const __m256i p = _mm256_maddubs_epi16(q, bcast4(xs[i] + 32 * J + 4 * g));
+      t[i] = g == 0 ? p : _mm256_add_epi16(t[i], p);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) S[i] = _mm256_add_epi32(S[i], _mm256_madd_epi16(t[i], scale));
+}
+
+// y[(i0 + i) * ldy + r] = x row i0 + i . weight row 8 group + r, r < 8, i < MX.
+// bpair[i][s][q]: x's 32-element sums of sub-blocks (q / 2) * 4 + q % 2 and + 2 as an int16
+// pair (the mins' madd operand).
+template <int MX>
+void q4_group(const BlockQ4_Kx8* grp, const QuantizedRowsK& a, const int32_t* bpair, int64_t i0,
+              float* y, int64_t ldy) {
+  const __m256i lo16 = _mm256_set1_epi32(0x00ff00ff);
+  __m256 acc[MX];
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < a.ns; ++s) {
+    const BlockQ4_Kx8& b = grp[s];
+    const int8_t* xs[MX];
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
+    const Q4Scales sc = q4_scales(b);
+    __m256i S[MX];
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) S[i] = _mm256_setzero_si256();
+    q4_sub<0, MX>(b, xs, lane_byte_twice<0>(sc.sc_lo), S);
+    q4_sub<1, MX>(b, xs, lane_byte_twice<1>(sc.sc_lo), S);
+    q4_sub<2, MX>(b, xs, lane_byte_twice<2>(sc.sc_lo), S);
+    q4_sub<3, MX>(b, xs, lane_byte_twice<3>(sc.sc_lo), S);
+    q4_sub<4, MX>(b, xs, lane_byte_twice<0>(sc.sc_hi), S);
+    q4_sub<5, MX>(b, xs, lane_byte_twice<1>(sc.sc_hi), S);
+    q4_sub<6, MX>(b, xs, lane_byte_twice<2>(sc.sc_hi), S);
+    q4_sub<7, MX>(b, xs, lane_byte_twice<3>(sc.sc_hi), S);
+    // Mins: the even and odd bytes of each mins word as int16 pairs (sub-blocks 0 and 2, 1 and
+    // 3, 4 and 6, 5 and 7).
+    const __m256i mn[4] = {_mm256_and_si256(sc.mn_lo, lo16),
+                           _mm256_and_si256(_mm256_srli_epi32(sc.mn_lo, 8), lo16),
+                           _mm256_and_si256(sc.mn_hi, lo16),
+                           _mm256_and_si256(_mm256_srli_epi32(sc.mn_hi, 8), lo16)};
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const int32_t* bp = bpair + ((i0 + i) * a.ns + s) * 4;
+      __m256i M = _mm256_madd_epi16(mn[0], _mm256_set1_epi32(bp[0]));
+#pragma GCC unroll 3
+      for (int q = 1; q < 4; ++q) M = _mm256_add_epi32(M, _mm256_madd_epi16(mn[q], _mm256_set1_epi32(bp[q])));
+      const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.ns + s)]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[i]), _mm256_mul_ps(d, dx), acc[i]);
+      acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmin, dx), acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
+}
+
+// ---- Q6_K ----
+
+// The 6-bit levels of elements 128h + 32K + 4g .. + 3 of 8 interleaved rows: the low nibbles
+// (K = 0, 1) or high nibbles (K = 2, 3) of ql register K % 2, and bit pair K of the qh bytes
+// moved to bits 4..5.
+template <int K>
+inline __m256i q6_level(const BlockQ6_Kx8& b, int h, int g) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i ql = load256(b.q[h][g][K % 2]);
+  const __m256i qh = load256(b.q[h][g][2]);
+  const __m256i low = K < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+  __m256i high;
+  if constexpr (K == 0) high = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4);
+  if constexpr (K == 1) high = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0c)), 2);
+  if constexpr (K == 2) high = _mm256_and_si256(qh, _mm256_set1_epi8(0x30));
+  if constexpr (K == 3) high = _mm256_and_si256(_mm256_srli_epi16(qh, 2), _mm256_set1_epi8(0x30));
+  return _mm256_or_si256(low, high);
+}
+
+// S[i] += sc_j t_j for 16-element sub-block j = 8H + 2K + T (groups 4T..4T+3 of half H, level
+// K) of the 8 rows against x rows xs[i]: two maddubs per int16 sum, then a madd.
+template <int H, int K, int T, int MX>
+inline void q6_sub(const BlockQ6_Kx8& b, const int8_t* const xs[MX], __m256i S[MX]) {
+  constexpr int j = 8 * H + 2 * K + T;
+  const __m256i scale = pair16(b.scales[j], b.scales[j]);
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half) {
+    const int g0 = 4 * T + 2 * half;
+    const __m256i q0 = q6_level<K>(b, H, g0), q1 = q6_level<K>(b, H, g0 + 1);
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const int8_t* x = xs[i] + 128 * H + 32 * K + 4 * g0;
+      const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast4(x)),
+                                         _mm256_maddubs_epi16(q1, bcast4(x + 4)));
+      S[i] = _mm256_add_epi32(S[i], _mm256_madd_epi16(t, scale));
+    }
+  }
+}
+
+template <int MX>
+void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float* y, int64_t ldy) {
+  __m256 acc[MX];
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < a.ns; ++s) {
+    const BlockQ6_Kx8& b = grp[s];
+    const int8_t* xs[MX];
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
+    __m256i S[MX];
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) S[i] = _mm256_setzero_si256();
+    [&]<int... C>(std::integer_sequence<int, C...>) {  // C = 8H + 2K + T
+      (q6_sub<C / 8, (C / 2) % 4, C % 2, MX>(b, xs, S), ...);
+    }(std::make_integer_sequence<int, 16>{});
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      // O = sum_j 32 sc_j bsum_j over the pairs of sub-blocks (2p, 2p + 1).
+      const int16_t* bsum = a.bsum.data() + ((i0 + i) * a.ns + s) * 16;
+      __m256i O = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int p = 0; p < 8; ++p) {
+        int32_t pair;
+        std::memcpy(&pair, bsum + 2 * p, 4);
+        O = _mm256_add_epi32(O, _mm256_madd_epi16(pair16(b.scales[2 * p], b.scales[2 * p + 1]),
+                                                  _mm256_set1_epi32(pair)));
+      }
+      const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, 5));
+      const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.ns + s)]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, dx), acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
+}
+
+// x's 32-element sums, paired for the Q4_K mins (see q4_group): [m][ns][4].
+const std::vector<int32_t>& mins_pairs(const QuantizedRowsK& a) {
+  static thread_local std::vector<int32_t> buffer;
+  std::vector<int32_t>& bpair = buffer;
+  bpair.resize(static_cast<size_t>(a.m * a.ns * 4));
+  for (int64_t i = 0; i < a.m; ++i)
+    for (int64_t s = 0; s < a.ns; ++s) {
+      const int16_t* bs = a.bsum.data() + (i * a.ns + s) * 16;
+      int32_t b32[8];
+      for (int j = 0; j < 8; ++j) b32[j] = bs[2 * j] + bs[2 * j + 1];
+      int32_t* out = &bpair[static_cast<size_t>((i * a.ns + s) * 4)];
+      for (int q = 0; q < 4; ++q) {  // pairs (0, 2), (1, 3), (4, 6), (5, 7)
+        const int j = (q / 2) * 4 + q % 2;
+        out[q] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(b32[j])) |
+                                      (static_cast<uint32_t>(static_cast<uint16_t>(b32[j + 2])) << 16));
+      }
+    }
+  return bpair;
+}
+
+// Groups [g0, g1) against all rows of x, in chunks of groups small enough to stay in L2 while
+// the rows of x pass kMaxX at a time (each block of x rows, in L1, then serves every group of
+// the chunk; x rows of 768 columns x 512 rows overflow L2 when every group rereads them all).
+template <class Group>
+void groups_range(int64_t g0, int64_t g1, int64_t m, int64_t group_bytes, Group&& group) {
+  constexpr int64_t kChunkBytes = 128 * 1024;
+  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / group_bytes);
+  for (int64_t c0 = g0; c0 < g1; c0 += chunk) {
+    const int64_t c1 = std::min(g1, c0 + chunk);
+    int64_t i = 0;
+    for (; i + kMaxX <= m; i += kMaxX)
+      for (int64_t g = c0; g < c1; ++g) group(std::integral_constant<int, kMaxX>{}, g, i);
+    for (int64_t g = c0; g < c1; ++g) switch (m - i) {
+        case 3:
+          group(std::integral_constant<int, 3>{}, g, i);
+          break;
+        case 2:
+          group(std::integral_constant<int, 2>{}, g, i);
+          break;
+        case 1:
+          group(std::integral_constant<int, 1>{}, g, i);
+          break;
+        default:
+          break;
+      }
+  }
+}
+
+}  // namespace
+
+void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                             float* y, int64_t ldy) {
+  const QuantizedRowsK& a = quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);
+  const int64_t groups = w.rows / kInterleaveRows;
+  const int64_t grain = grain_for(groups, m * w.rows * w.cols, pool.size());
+  if (w.dtype == DType::Q6_K) {
+    const auto* blocks = static_cast<const BlockQ6_Kx8*>(w.data);
+    pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
+      groups_range(g0, g1, m, a.ns * static_cast<int64_t>(sizeof(BlockQ6_Kx8)),
+                   [&](auto mx, int64_t g, int64_t i) {
+                     q6_group<decltype(mx)::value>(blocks + g * a.ns, a, i, y + g * kInterleaveRows, ldy);
+                   });
+    });
+    return;
+  }
+  const std::vector<int32_t>& bpair = mins_pairs(a);
+  const auto* blocks = static_cast<const BlockQ4_Kx8*>(w.data);
+  pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
+    groups_range(g0, g1, m, a.ns * static_cast<int64_t>(sizeof(BlockQ4_Kx8)),
+                 [&](auto mx, int64_t g, int64_t i) {
+                   q4_group<decltype(mx)::value>(blocks + g * a.ns, a, bpair.data(), i,
+                                                 y + g * kInterleaveRows, ldy);
+                 });
+  });
+}
+
+}  // namespace efim::cpu::detail
+
+#pragma GCC pop_options
