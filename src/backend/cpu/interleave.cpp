@@ -15,7 +15,7 @@ namespace {
 
 // Copies between one super-block of 8 interleaved rows and the file's blocks of those rows;
 // to_x8: file -> interleaved.
-void copy_q4k(BlockQ4_Kx8& b, BlockQ4_K& row, int r, bool to_x8) {
+void copy_block(BlockQ4_Kx8& b, BlockQ4_K& row, int r, bool to_x8) {
   auto mv = [&](void* x8, void* file, size_t n) {
     to_x8 ? std::memcpy(x8, file, n) : std::memcpy(file, x8, n);
   };
@@ -26,7 +26,19 @@ void copy_q4k(BlockQ4_Kx8& b, BlockQ4_K& row, int r, bool to_x8) {
     for (int g = 0; g < 8; ++g) mv(b.qs[p][g][r], row.qs + 32 * p + 4 * g, 4);
 }
 
-void copy_q6k(BlockQ6_Kx8& b, BlockQ6_K& row, int r, bool to_x8) {
+void copy_block(BlockQ5_Kx8& b, BlockQ5_K& row, int r, bool to_x8) {
+  auto mv = [&](void* x8, void* file, size_t n) {
+    to_x8 ? std::memcpy(x8, file, n) : std::memcpy(file, x8, n);
+  };
+  mv(&b.d[r], &row.d, 2);
+  mv(&b.dmin[r], &row.dmin, 2);
+  for (int i = 0; i < 3; ++i) mv(&b.scales[i][r], row.scales + 4 * i, 4);
+  for (int g = 0; g < 8; ++g) mv(b.qh[g][r], row.qh + 4 * g, 4);
+  for (int p = 0; p < 4; ++p)
+    for (int g = 0; g < 8; ++g) mv(b.qs[p][g][r], row.qs + 32 * p + 4 * g, 4);
+}
+
+void copy_block(BlockQ6_Kx8& b, BlockQ6_K& row, int r, bool to_x8) {
   auto mv = [&](void* x8, void* file, size_t n) {
     to_x8 ? std::memcpy(x8, file, n) : std::memcpy(file, x8, n);
   };
@@ -57,10 +69,7 @@ void interleave_typed(const WeightMatrix& w, void* out, ThreadPool* pool) {
       for (int64_t s = 0; s < ns; ++s)
         for (int r = 0; r < kInterleaveRows; ++r) {
           B& row = rows[static_cast<size_t>(r * ns + s)];
-          if constexpr (std::is_same_v<B, BlockQ4_K>)
-            copy_q4k(dst[g * ns + s], row, r, true);
-          else
-            copy_q6k(dst[g * ns + s], row, r, true);
+          copy_block(dst[g * ns + s], row, r, true);
         }
     }
   };
@@ -84,29 +93,32 @@ void deinterleave_typed(const WeightMatrix& w, int64_t r, void* out) {
   const int j = static_cast<int>(r % kInterleaveRows);
   for (int64_t s = 0; s < ns; ++s) {
     X8& b = blocks[(r / kInterleaveRows) * ns + s];
-    if constexpr (std::is_same_v<B, BlockQ4_K>)
-      copy_q4k(b, row[s], j, false);
-    else
-      copy_q6k(b, row[s], j, false);
+    copy_block(b, row[s], j, false);
   }
 }
 
 }  // namespace
 
-bool has_interleaved_layout(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
+bool has_interleaved_layout(DType t) {
+  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
 
 bool can_interleave(const WeightMatrix& w) {
   return has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows &&
-         w.cols > 0 && has_avx2(active_kernel());
+         w.cols > 0 && has_avx2(active_kernel()) &&
+         (w.dtype != DType::Q5_K || !detail::avx512_vnni_supported() ||
+          active_kernel() != CpuKernel::Avx512);
 }
 
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows,
-             "interleave_rows8: needs Q4_K or Q6_K rows in the file layout, at least 8 of them; ",
+             "interleave_rows8: needs Q4_K, Q5_K or Q6_K rows in the file layout, at least 8 of them; ",
              "got ", dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "] interleave ",
              int{w.interleave});
   if (w.dtype == DType::Q4_K)
     interleave_typed<BlockQ4_Kx8, BlockQ4_K>(w, out, pool);
+  else if (w.dtype == DType::Q5_K)
+    interleave_typed<BlockQ5_Kx8, BlockQ5_K>(w, out, pool);
   else
     interleave_typed<BlockQ6_Kx8, BlockQ6_K>(w, out, pool);
   WeightMatrix x = w;
@@ -118,6 +130,8 @@ WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool
 void deinterleave_row(const WeightMatrix& w, int64_t r, void* out) {
   if (w.dtype == DType::Q4_K)
     deinterleave_typed<BlockQ4_Kx8, BlockQ4_K>(w, r, out);
+  else if (w.dtype == DType::Q5_K)
+    deinterleave_typed<BlockQ5_Kx8, BlockQ5_K>(w, r, out);
   else
     deinterleave_typed<BlockQ6_Kx8, BlockQ6_K>(w, r, out);
 }

@@ -1,11 +1,11 @@
-// Q4_K and Q6_K weight rows interleaved 8 at a time, the layout of the decode GEMV of
+// Q4_K, Q5_K and Q6_K weight rows interleaved 8 at a time, the layout of the decode GEMV of
 // matmul_panel_avx512.cpp: in the file's layout each 32-weight chunk of a row costs the row
 // kernels a madd and a scale shuffle; with 8 rows side by side, one 32-byte register holds 4
 // bytes of each of 8 rows (int32 lane r = row r), so a dot instruction serves 8 rows and the
 // sub-block scales cost one multiply per 4 (Q6_K) or 8 (Q4_K) dot instructions.
 //
 // Rows [8g, 8g + 8) form group g, stored as W.cols / 256 blocks of 8 rows (BlockQ4_Kx8 or
-// BlockQ6_Kx8, one per super-block), the groups one after another; the last rows % 8 rows (a
+// BlockQ5_Kx8 or BlockQ6_Kx8, one per super-block), the groups one after another; the last rows % 8 rows (a
 // vocabulary of 151669 tokens leaves 5) follow in the file's layout. The same bytes as the
 // file's rows, and any 8-aligned range of rows is still a contiguous sub-matrix. Only matmul
 // and dequantize_row read the layout.
@@ -37,18 +37,30 @@ struct BlockQ6_Kx8 {
 };
 static_assert(sizeof(BlockQ6_Kx8) == 8 * sizeof(BlockQ6_K));
 
+// Super-block s of 8 Q5_K rows: Q4_K's layout plus the fifth bits, qh bytes 4g..4g+3 of the 8
+// rows in one register (bit c of qh byte j is element 32c + j: register g serves every
+// sub-block of its 4 bytes). The fifth bits come first, read with the first sub-block.
+struct BlockQ5_Kx8 {
+  uint16_t d[8], dmin[8];     // f16 super-scales of rows 0..7
+  uint32_t scales[3][8];      // word i (scale bytes 4i..4i+3) of row r at [i][r]
+  uint8_t qh[8][8][4];        // [g][r][b]: qh byte 4g + b of row r
+  uint8_t qs[4][8][8][4];     // [p][g][r][b]: qs byte 32p + 4g + b of row r
+};
+static_assert(sizeof(BlockQ5_Kx8) == 8 * sizeof(BlockQ5_K));
+
 constexpr int kInterleaveRows = 8;
 
-// Whether t has an interleaved layout (Q4_K, Q6_K).
+// Whether t has an interleaved layout (Q4_K, Q5_K, Q6_K).
 bool has_interleaved_layout(DType t);
 
-// Whether matmul computes W interleaved natively on this CPU (the active kernel is AVX2 or
-// AVX-512) and W is Q4_K or Q6_K in the file's layout with at least 8 rows.
+// Whether matmul computes W interleaved natively on this CPU and W is in the file's layout with
+// at least 8 rows: Q4_K and Q6_K where the active kernel is AVX2 or AVX-512; Q5_K where it is
+// AVX2 or AVX-512 without VNNI (the VNNI kernels compute Q5_K from the file's layout).
 bool can_interleave(const WeightMatrix& w);
 
 // Writes W's rows interleaved to out (W's byte size: W's own bytes, rewritten in place, or
 // memory apart from them) and returns the matrix that reads them (interleave = 8). W must be
-// Q4_K or Q6_K, file layout, rows >= 8. With a pool, groups are rewritten in parallel.
+// Q4_K, Q5_K or Q6_K, file layout, rows >= 8. With a pool, groups are rewritten in parallel.
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool = nullptr);
 
 // Row r of an interleaved W in the file's layout: dtype_row_bytes(W.dtype, W.cols) bytes.

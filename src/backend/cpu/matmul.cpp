@@ -89,14 +89,14 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
              "matmul: unsupported weight dtype ", dtype_name(w.dtype));
 }
 
-// Interleaved Q4_K / Q6_K (interleave.h): natively by the AVX-512 VNNI kernels or the AVX2 ones
-// (the tail rows by the file-layout kernels); the scalar variant (tests) on a copy in the
-// file's layout.
+// Interleaved Q4_K / Q5_K / Q6_K (interleave.h): natively by the AVX-512 VNNI kernels (Q4_K,
+// Q6_K) or the AVX2 ones (the tail rows by the file-layout kernels); the scalar variant (tests)
+// on a copy in the file's layout.
 void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                         float* y, CpuKernel kernel) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == kInterleaveRows &&
                  w.rows >= kInterleaveRows,
-             "matmul: interleave ", int{w.interleave}, " is defined for Q4_K and Q6_K matrices ",
+             "matmul: interleave ", int{w.interleave}, " is defined for Q4_K, Q5_K and Q6_K matrices ",
              "of at least ", kInterleaveRows, " rows, not ", dtype_name(w.dtype), " [", w.rows,
              ", ", w.cols, "]");
   const size_t row_bytes = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
@@ -104,7 +104,7 @@ void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const Weigh
     const int64_t whole = w.rows / kInterleaveRows * kInterleaveRows, tail = w.rows - whole;
     WeightMatrix groups = w;
     groups.rows = whole;
-    if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported())
+    if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported() && w.dtype != DType::Q5_K)
       detail::matmul_panel_avx512(pool, x, m, groups, y, w.rows);
     else
       detail::matmul_interleaved_avx2(pool, x, m, groups, y, w.rows);
@@ -147,7 +147,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, 
   if (w.interleave != 1) return matmul_interleaved(pool, x, m, w, y, kernel);
   const bool int8 = w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0;
   if (kernel != CpuKernel::Scalar && detail::is_block_kernel_type(w.dtype)) {
-    if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported())
+    if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported() && w.dtype != DType::Q5_K)
       return detail::matmul_blocks_avx512(pool, x, m, w, y);
     return detail::matmul_blocks_avx2(pool, x, m, w, y);
   }

@@ -1,4 +1,4 @@
-// AVX2 GEMV and GEMM on Q4_K and Q6_K weights interleaved 8 rows at a time (interleave.h),
+// AVX2 GEMV and GEMM on Q4_K, Q5_K and Q6_K weights interleaved 8 rows at a time (interleave.h),
 // against Q8_K activations: the decode path of CPUs without AVX-512 VNNI.
 //
 // One 32-byte register of the layout holds 4 bytes of each of 8 weight rows (int32 lane r =
@@ -6,15 +6,16 @@
 //     maddubs(q, x4) = [q0 x0 + q1 x1, q2 x2 + q3 x3] per lane     (two int16 per row)
 // so one maddubs serves 8 rows, partial sums stay in int16 across a sub-block, and one madd
 // with the sub-block's scale as an int16 pair (sc_r, sc_r) per lane gives sc_r t_r in int32:
-//     Q4_K (32-element sub-blocks j): S_r = sum_j sc_rj t_rj,  M_r = sum_j mn_rj bsum32_j,
+//     Q4_K, Q5_K (32-element sub-blocks j): S_r = sum_j sc_rj t_rj,  M_r = sum_j mn_rj bsum32_j,
 //                                     y_r += d_r dx S_r - dmin_r dx M_r
 //     Q6_K (16-element sub-blocks j): S_r = sum_j sc_rj t_rj,  O_r = sum_j 32 sc_rj bsum16_j,
 //                                     y_r += d_r dx (S_r - O_r)   (the folded offset q - 32)
 // The row kernels (matmul_blocks_avx2.cpp) spend, per 32 weights of one row, a maddubs, a
 // madd, a scale shuffle and a horizontal sum per super-block; here a maddubs serves 8 rows and
 // the scales cost one madd per sub-block of 8 rows: about half the instructions per weight.
-// Bounds: Q4_K sums 8 maddubs per sub-block in int16, at most 8 * 2 * 15 * 127 = 30480; Q6_K
-// sums 2, at most 2 * 2 * 63 * 127 = 32004 (4 would overflow: two madds per 16 elements).
+// Bounds: Q4_K sums 8 maddubs per sub-block in int16, at most 8 * 2 * 15 * 127 = 30480; Q5_K
+// sums 4, at most 4 * 2 * 31 * 127 = 31496 (two madds per 32 elements); Q6_K sums 2, at most
+// 2 * 2 * 63 * 127 = 32004 (two madds per 16 elements).
 // The integer sums are the scalar kernel's exactly (quant_int.h); only the f32 order differs.
 //
 // Rows of x are taken kMaxX at a time against one group, so each unpacked register serves
@@ -66,14 +67,15 @@ inline __m256i pair16(const int8_t* lo, const int8_t* hi) {
   return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
 }
 
-// ---- Q4_K ----
+// ---- Q4_K and Q5_K ----
 
-// Q4_K's 6-bit scales and mins of 8 rows: lane r of sc_lo / sc_hi holds row r's scales of
+// Q4_K's (and Q5_K's) 6-bit scales and mins of 8 rows: lane r of sc_lo / sc_hi holds row r's scales of
 // sub-blocks 0..3 / 4..7, one per byte (k4_scales on 8 rows at once); mn_lo / mn_hi its mins.
 struct Q4Scales {
   __m256i sc_lo, sc_hi, mn_lo, mn_hi;
 };
-inline Q4Scales q4_scales(const BlockQ4_Kx8& b) {
+template <class B>
+inline Q4Scales q4_scales(const B& b) {
   const __m256i m6 = _mm256_set1_epi8(0x3f), m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
   const __m256i w0 = load256(b.scales[0]), w1 = load256(b.scales[1]), w2 = load256(b.scales[2]);
   Q4Scales s;
@@ -86,38 +88,58 @@ inline Q4Scales q4_scales(const BlockQ4_Kx8& b) {
   return s;
 }
 
-// S[i] += sc_J t_J for sub-block J (elements 32J..32J+31: qs bytes 32(J/2).., low nibbles for
-// even J, high for odd) of the 8 rows against x rows xs[i].
-template <int J, int MX>
-inline void q4_sub(const BlockQ4_Kx8& b, const int8_t* const xs[MX], __m256i scale, __m256i S[MX]) {
+// The levels of elements 32J + 4g .. + 3 of 8 interleaved Q4_K or Q5_K rows: the low nibbles
+// (even J) or high nibbles (odd J) of qs register (J / 2, g); for Q5_K bit J of qh register g
+// moved to bit 4.
+template <int J, class B>
+inline __m256i k_level(const B& b, int g) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  __m256i t[MX];
-#pragma GCC unroll 8
-  for (int g = 0; g < 8; ++g) {
-    const __m256i v = load256(b.qs[J / 2][g]);
-    const __m256i q = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
-#pragma GCC unroll 4
-    for (int i = 0; i < MX; ++i) {
-      const __m256i p = _mm256_maddubs_epi16(q, bcast4(xs[i] + 32 * J + 4 * g));
-      t[i] = g == 0 ? p : _mm256_add_epi16(t[i], p);
-    }
+  const __m256i v = load256(b.qs[J / 2][g]);
+  const __m256i low = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+  if constexpr (std::is_same_v<B, BlockQ4_Kx8>) {
+    return low;
+  } else {
+    const __m256i bit = _mm256_and_si256(load256(b.qh[g]), _mm256_set1_epi8(static_cast<char>(1 << J)));
+    if constexpr (J < 4) return _mm256_or_si256(low, _mm256_slli_epi16(bit, 4 - J));
+    if constexpr (J == 4) return _mm256_or_si256(low, bit);
+    if constexpr (J > 4) return _mm256_or_si256(low, _mm256_srli_epi16(bit, J - 4));
   }
+}
+
+// S[i] += sc_J t_J for sub-block J (elements 32J..32J+31) of the 8 rows against x rows xs[i]:
+// the int16 sums take 8 maddubs for Q4_K (levels < 16), 4 for Q5_K (levels < 32).
+template <int J, int MX, class B>
+inline void k_sub(const B& b, const int8_t* const xs[MX], __m256i scale, __m256i S[MX]) {
+  constexpr int kRun = std::is_same_v<B, BlockQ4_Kx8> ? 8 : 4;  // maddubs per int16 sum
+#pragma GCC unroll 2
+  for (int g0 = 0; g0 < 8; g0 += kRun) {
+    __m256i t[MX];
+#pragma GCC unroll 8
+    for (int g = g0; g < g0 + kRun; ++g) {
+      const __m256i q = k_level<J>(b, g);
 #pragma GCC unroll 4
-  for (int i = 0; i < MX; ++i) S[i] = _mm256_add_epi32(S[i], _mm256_madd_epi16(t[i], scale));
+      for (int i = 0; i < MX; ++i) {
+        const __m256i p = _mm256_maddubs_epi16(q, bcast4(xs[i] + 32 * J + 4 * g));
+        t[i] = g == g0 ? p : _mm256_add_epi16(t[i], p);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) S[i] = _mm256_add_epi32(S[i], _mm256_madd_epi16(t[i], scale));
+  }
 }
 
 // y[(i0 + i) * ldy + r] = x row i0 + i . weight row 8 group + r, r < 8, i < MX.
 // bpair[i][s][q]: x's 32-element sums of sub-blocks (q / 2) * 4 + q % 2 and + 2 as an int16
 // pair (the mins' madd operand).
-template <int MX>
-void q4_group(const BlockQ4_Kx8* grp, const QuantizedRowsK& a, const int32_t* bpair, int64_t i0,
+template <int MX, class B>
+void k_group(const B* grp, const QuantizedRowsK& a, const int32_t* bpair, int64_t i0,
               float* y, int64_t ldy) {
   const __m256i lo16 = _mm256_set1_epi32(0x00ff00ff);
   __m256 acc[MX];
 #pragma GCC unroll 4
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t s = 0; s < a.ns; ++s) {
-    const BlockQ4_Kx8& b = grp[s];
+    const B& b = grp[s];
     const int8_t* xs[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
@@ -125,14 +147,14 @@ void q4_group(const BlockQ4_Kx8* grp, const QuantizedRowsK& a, const int32_t* bp
     __m256i S[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) S[i] = _mm256_setzero_si256();
-    q4_sub<0, MX>(b, xs, lane_byte_twice<0>(sc.sc_lo), S);
-    q4_sub<1, MX>(b, xs, lane_byte_twice<1>(sc.sc_lo), S);
-    q4_sub<2, MX>(b, xs, lane_byte_twice<2>(sc.sc_lo), S);
-    q4_sub<3, MX>(b, xs, lane_byte_twice<3>(sc.sc_lo), S);
-    q4_sub<4, MX>(b, xs, lane_byte_twice<0>(sc.sc_hi), S);
-    q4_sub<5, MX>(b, xs, lane_byte_twice<1>(sc.sc_hi), S);
-    q4_sub<6, MX>(b, xs, lane_byte_twice<2>(sc.sc_hi), S);
-    q4_sub<7, MX>(b, xs, lane_byte_twice<3>(sc.sc_hi), S);
+    k_sub<0, MX>(b, xs, lane_byte_twice<0>(sc.sc_lo), S);
+    k_sub<1, MX>(b, xs, lane_byte_twice<1>(sc.sc_lo), S);
+    k_sub<2, MX>(b, xs, lane_byte_twice<2>(sc.sc_lo), S);
+    k_sub<3, MX>(b, xs, lane_byte_twice<3>(sc.sc_lo), S);
+    k_sub<4, MX>(b, xs, lane_byte_twice<0>(sc.sc_hi), S);
+    k_sub<5, MX>(b, xs, lane_byte_twice<1>(sc.sc_hi), S);
+    k_sub<6, MX>(b, xs, lane_byte_twice<2>(sc.sc_hi), S);
+    k_sub<7, MX>(b, xs, lane_byte_twice<3>(sc.sc_hi), S);
     // Mins: the even and odd bytes of each mins word as int16 pairs (sub-blocks 0 and 2, 1 and
     // 3, 4 and 6, 5 and 7).
     const __m256i mn[4] = {_mm256_and_si256(sc.mn_lo, lo16),
@@ -158,39 +180,41 @@ void q4_group(const BlockQ4_Kx8* grp, const QuantizedRowsK& a, const int32_t* bp
 
 // ---- Q6_K ----
 
-// The 6-bit levels of elements 128h + 32K + 4g .. + 3 of 8 interleaved rows: the low nibbles
-// (K = 0, 1) or high nibbles (K = 2, 3) of ql register K % 2, and bit pair K of the qh bytes
-// moved to bits 4..5.
-template <int K>
-inline __m256i q6_level(const BlockQ6_Kx8& b, int h, int g) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i ql = load256(b.q[h][g][K % 2]);
-  const __m256i qh = load256(b.q[h][g][2]);
-  const __m256i low = K < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-  __m256i high;
-  if constexpr (K == 0) high = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4);
-  if constexpr (K == 1) high = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0c)), 2);
-  if constexpr (K == 2) high = _mm256_and_si256(qh, _mm256_set1_epi8(0x30));
-  if constexpr (K == 3) high = _mm256_and_si256(_mm256_srli_epi16(qh, 2), _mm256_set1_epi8(0x30));
-  return _mm256_or_si256(low, high);
+// The 6-bit levels of elements 128h + 32k + 4g .. + 3 (k = 0..3) of 8 interleaved rows, from
+// the group's three registers: ql c = 0 and c = 1 (low nibbles k = 0, 1, high nibbles k = 2, 3)
+// and qh (bit pair k moved to bits 4..5).
+inline void q6_levels(const BlockQ6_Kx8& b, int h, int g, __m256i e[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  const __m256i l0 = load256(b.q[h][g][0]), l1 = load256(b.q[h][g][1]), qh = load256(b.q[h][g][2]);
+  e[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+  e[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+  e[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+  e[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
 }
 
-// S[i] += sc_j t_j for 16-element sub-block j = 8H + 2K + T (groups 4T..4T+3 of half H, level
-// K) of the 8 rows against x rows xs[i]: two maddubs per int16 sum, then a madd.
-template <int H, int K, int T, int MX>
-inline void q6_sub(const BlockQ6_Kx8& b, const int8_t* const xs[MX], __m256i S[MX]) {
-  constexpr int j = 8 * H + 2 * K + T;
-  const __m256i scale = pair16(b.scales[j], b.scales[j]);
+// S[i] += sum_k sc_j t_j over the four 16-element sub-blocks j = 8H + 2k + T (k = 0..3; groups
+// 4T..4T+3 of half H) of the 8 rows against x rows xs[i]: each pair of groups gives the levels
+// of all four sub-blocks from three loads; two maddubs per int16 sum, then a madd.
+template <int H, int T, int MX>
+inline void q6_quad(const BlockQ6_Kx8& b, const int8_t* const xs[MX], __m256i S[MX]) {
 #pragma GCC unroll 2
-  for (int half = 0; half < 2; ++half) {
-    const int g0 = 4 * T + 2 * half;
-    const __m256i q0 = q6_level<K>(b, H, g0), q1 = q6_level<K>(b, H, g0 + 1);
+  for (int pair = 0; pair < 2; ++pair) {
+    const int g0 = 4 * T + 2 * pair;
+    __m256i e0[4], e1[4];
+    q6_levels(b, H, g0, e0);
+    q6_levels(b, H, g0 + 1, e1);
 #pragma GCC unroll 4
-    for (int i = 0; i < MX; ++i) {
-      const int8_t* x = xs[i] + 128 * H + 32 * K + 4 * g0;
-      const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast4(x)),
-                                         _mm256_maddubs_epi16(q1, bcast4(x + 4)));
-      S[i] = _mm256_add_epi32(S[i], _mm256_madd_epi16(t, scale));
+    for (int k = 0; k < 4; ++k) {
+      const int j = 8 * H + 2 * k + T;
+      const __m256i scale = pair16(b.scales[j], b.scales[j]);
+#pragma GCC unroll 4
+      for (int i = 0; i < MX; ++i) {
+        const int8_t* x = xs[i] + 128 * H + 32 * k + 4 * g0;
+        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(e0[k], bcast4(x)),
+                                           _mm256_maddubs_epi16(e1[k], bcast4(x + 4)));
+        S[i] = _mm256_add_epi32(S[i], _mm256_madd_epi16(t, scale));
+      }
     }
   }
 }
@@ -208,9 +232,10 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
     __m256i S[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) S[i] = _mm256_setzero_si256();
-    [&]<int... C>(std::integer_sequence<int, C...>) {  // C = 8H + 2K + T
-      (q6_sub<C / 8, (C / 2) % 4, C % 2, MX>(b, xs, S), ...);
-    }(std::make_integer_sequence<int, 16>{});
+    q6_quad<0, 0, MX>(b, xs, S);
+    q6_quad<0, 1, MX>(b, xs, S);
+    q6_quad<1, 0, MX>(b, xs, S);
+    q6_quad<1, 1, MX>(b, xs, S);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) {
@@ -233,7 +258,7 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
   for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
 }
 
-// x's 32-element sums, paired for the Q4_K mins (see q4_group): [m][ns][4].
+// x's 32-element sums, paired for the Q4_K mins (see k_group): [m][ns][4].
 const std::vector<int32_t>& mins_pairs(const QuantizedRowsK& a) {
   static thread_local std::vector<int32_t> buffer;
   std::vector<int32_t>& bpair = buffer;
@@ -299,14 +324,15 @@ void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const 
     return;
   }
   const std::vector<int32_t>& bpair = mins_pairs(a);
-  const auto* blocks = static_cast<const BlockQ4_Kx8*>(w.data);
-  pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
-    groups_range(g0, g1, m, a.ns * static_cast<int64_t>(sizeof(BlockQ4_Kx8)),
-                 [&](auto mx, int64_t g, int64_t i) {
-                   q4_group<decltype(mx)::value>(blocks + g * a.ns, a, bpair.data(), i,
-                                                 y + g * kInterleaveRows, ldy);
-                 });
-  });
+  auto run = [&]<class B>(const B* blocks) {
+    pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
+      groups_range(g0, g1, m, a.ns * static_cast<int64_t>(sizeof(B)), [&](auto mx, int64_t g, int64_t i) {
+        k_group<decltype(mx)::value>(blocks + g * a.ns, a, bpair.data(), i, y + g * kInterleaveRows, ldy);
+      });
+    });
+  };
+  if (w.dtype == DType::Q5_K) return run(static_cast<const BlockQ5_Kx8*>(w.data));
+  run(static_cast<const BlockQ4_Kx8*>(w.data));
 }
 
 }  // namespace efim::cpu::detail
