@@ -6,7 +6,9 @@
 // call divided by the thread count (what the wall time would be on an idle machine with
 // balanced threads; use it when other jobs share the cores). Usage:
 //   efim_bench_kernels [--threads N] [--variants avx2,scalar] [--dtypes f32,q4_k,...] [--quick]
-//                      [--cpu-time] [--only prefill|decode] [--interleave]
+//                      [--cpu-time] [--only prefill|decode] [--interleave] [--warm]
+// --warm: decode reuses one copy of W (in the caches where it fits): the kernels' arithmetic
+// rate rather than DRAM's.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -65,6 +67,7 @@ struct Options {
   bool cpu_time = false;
   bool prefill = true, decode = true;
   bool interleave = false;  // Q4_K weights interleaved 8 rows at a time (as the model loads them)
+  bool warm = false;        // decode from one copy of W, not copies rotating through DRAM
 };
 
 double process_cpu_seconds() {
@@ -117,6 +120,8 @@ Options parse(int argc, char** argv) {
       o.decode = which == "decode";
     } else if (a == "--cpu-time") {
       o.cpu_time = true;
+    } else if (a == "--warm") {
+      o.warm = true;
     } else if (a == "--interleave") {
       o.interleave = true;
     } else if (a == "--quick") {
@@ -172,7 +177,7 @@ void run_shape(efim::ThreadPool& pool, const Options& o, const Shape& s, DType t
   const uint64_t wbytes = efim::dtype_row_bytes(t, static_cast<uint64_t>(s.n * s.k));
   // Decode: enough copies of W to exceed a 32 MiB L3 three times over.
   const int copies =
-      decode ? static_cast<int>(std::clamp<uint64_t>((96ull << 20) / wbytes + 1, 1, 64)) : 1;
+      decode && !o.warm ? static_cast<int>(std::clamp<uint64_t>((96ull << 20) / wbytes + 1, 1, 64)) : 1;
   std::vector<std::vector<uint8_t>> w;
   for (int c = 0; c < copies; ++c) w.push_back(random_weights(s.n, s.k, t, 7 + c));
   const bool x8 = o.interleave && efim::cpu::can_interleave({t, s.n, s.k, w[0].data()});
