@@ -36,6 +36,7 @@ struct ServeArgs {
   std::string alias;
   int64_t ctx_size = 0;  // 0: the model's context (or what the KV cache holds)
   int shutdown_timeout_s = 10;
+  int drain_grace_s = 0;
   int64_t max_buffered_mb = 256;
   int64_t max_tokens_in_flight = -1;  // -1: four K/V caches' worth (at least one context)
   ServerOptions server;
@@ -48,8 +49,11 @@ std::string model_id(const std::string& path) {
 }
 
 // SIGINT / SIGTERM stop the server: the signals are blocked in every thread and a waiter
-// thread turns them into Server::stop() (no work inside a signal handler). The first signal
-// stops accepting and lets the requests in flight finish; past the shutdown deadline they are
+// thread turns them into Server::drain() and Server::stop() (no work inside a signal handler).
+// The first signal drains: /health answers 503 and new generation requests 503 (a load balancer
+// moves traffic and retries them elsewhere) while the requests in flight finish; once none is
+// left (and at least the drain grace has passed, for balancers that probe /health slowly) the
+// server stops accepting and exits. Past the shutdown deadline the requests still in flight are
 // cancelled (each answer ends at once); a second signal exits at once.
 class StopOnSignal {
  public:
@@ -59,21 +63,30 @@ class StopOnSignal {
     sigaddset(&set_, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any thread starts: inherited
   }
-  void start(Server& server, Engine& engine, int shutdown_timeout_s) {
-    waiter_ = std::thread([this, &server, &engine, shutdown_timeout_s] {
+  void start(Server& server, Engine& engine, int shutdown_timeout_s, int drain_grace_s) {
+    waiter_ = std::thread([this, &server, &engine, shutdown_timeout_s, drain_grace_s] {
       int sig = 0;
       while (!done_ && (sig = wait_signal()) == 0) {
       }
       if (done_) return;
-      std::fprintf(stderr, "efim: signal %d: stopping (in-flight requests get %d s; a second "
-                   "signal exits now)\n", sig, shutdown_timeout_s);
+      std::fprintf(stderr, "efim: signal %d: draining, then stopping (/health and new requests "
+                   "answer 503; %d in flight get %d s; a second signal exits now)\n", sig,
+                   server.in_flight(), shutdown_timeout_s);
+      server.drain();
       const auto first = std::chrono::steady_clock::now();
       const auto deadline = first + std::chrono::seconds(shutdown_timeout_s);
-      bool cancelled = false;
-      // Repeat stop() until listen() returned: a stop that lands just before the server
-      // starts listening could otherwise be lost.
+      const auto grace = first + std::chrono::seconds(std::min(drain_grace_s, shutdown_timeout_s));
+      bool cancelled = false, stopping = false;
       while (!done_) {
-        server.stop();
+        const auto now = std::chrono::steady_clock::now();
+        if (!stopping && ((server.in_flight() == 0 && now >= grace) || now >= deadline)) {
+          std::fprintf(stderr, "efim: drained after %.1f s (%d requests in flight): stopping\n",
+                       std::chrono::duration<double>(now - first).count(), server.in_flight());
+          stopping = true;
+        }
+        // Repeat stop() until listen() returned: a stop that lands just before the server
+        // starts listening could otherwise be lost.
+        if (stopping) server.stop();
         // A signal within 250 ms of the first is the same stop delivered twice (`timeout`
         // signals its child and then its process group), not a second request.
         if (int again = wait_signal();
@@ -188,7 +201,7 @@ void run_serve(ServeArgs& a) {
                a.server.healing.fragment_trained ? " (fragment-trained model)" : "",
                a.no_prefix_cache ? "off" : "on", (long long)engine.kv_slots(), a.kv_type.c_str(),
                a.speculative.c_str());
-  signals.start(server, engine, a.shutdown_timeout_s);
+  signals.start(server, engine, a.shutdown_timeout_s, a.drain_grace_s);
   server.listen();
   signals.stop();
   std::fprintf(stderr, "efim: server stopped\n");
@@ -242,6 +255,11 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s,
                   "Seconds in-flight requests get after SIGTERM before they are cancelled")
       ->capture_default_str();
+  cmd->add_option("--drain-grace", a->drain_grace_s,
+                  "Seconds after SIGTERM that /health answers 503 before the server exits, even "
+                  "with nothing in flight (time for a load balancer's health check to notice)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
   cmd->add_option("--write-timeout", a->server.write_timeout_s,
                   "Seconds a client may stop reading before it is dropped (and its request "
                   "cancelled)")

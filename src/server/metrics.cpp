@@ -123,7 +123,8 @@ void kv_series(PromText& p, const KvStats& kv) {
 }
 
 // The layout / reason pairs the planner can produce (spm only when forced, efim only on a hit).
-void infill_series(PromText& p, const InfillCounts& c, int64_t rejected_overload) {
+void infill_series(PromText& p, const InfillCounts& c, int64_t rejected_overload,
+                   int64_t rejected_draining, bool draining) {
   p.family("efim_infill_requests_total", "counter",
            "Infill prompts planned, by layout and the planner's reason for it.");
   const std::pair<FimOrder, InfillReason> pairs[] = {
@@ -144,8 +145,13 @@ void infill_series(PromText& p, const InfillCounts& c, int64_t rejected_overload
            "Time infill planning waited for those answers (each waits for the current step).");
   p.sample("efim_infill_cache_probe_seconds_total", {}, number(c.cache_probe_seconds));
   p.family("efim_requests_rejected_total", "counter",
-           "Generation requests answered 503 because max-requests were in flight.");
+           "Generation requests answered 503: max-requests were in flight (overload) or the "
+           "server was draining before shutdown (draining).");
   p.sample("efim_requests_rejected_total", {{"reason", "overload"}}, rejected_overload);
+  p.sample("efim_requests_rejected_total", {{"reason", "draining"}}, rejected_draining);
+  p.one("efim_draining", "gauge",
+        "1 while the server drains before shutdown (SIGTERM): /health answers 503.",
+        draining ? 1 : 0);
 }
 
 }  // namespace
@@ -157,7 +163,8 @@ void add_metrics_routes(Server::Impl& s) {
       PromText p(s.opt.model_id);
       engine_series(p, m);
       kv_series(p, m.kv);
-      infill_series(p, s.infill_snapshot(), s.rejected_overload.load());
+      infill_series(p, s.infill_snapshot(), s.rejected_overload.load(),
+                    s.rejected_draining.load(), s.draining.load());
       res.set_content(p.take(), "text/plain; version=0.0.4");
     });
   });

@@ -100,6 +100,13 @@ InfillCounts Server::Impl::infill_snapshot() {
 }
 
 SlotPtr Server::Impl::admit() {
+  if (draining) {
+    ++rejected_draining;
+    throw HttpError(503,
+                    "server draining: this replica is shutting down and takes no new requests; "
+                    "retry on another",
+                    "server_overloaded", "draining", 1);
+  }
   const int limit = opt.max_concurrent_requests;
   const int before = in_flight.fetch_add(1);
   if (before < limit) return std::make_shared<InFlightSlot>(in_flight, tokens_in_flight);
@@ -178,7 +185,12 @@ void add_basic_routes(Server::Impl& s) {
   s.http.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(kPlaygroundHtml, "text/html; charset=utf-8");
   });
-  s.http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  s.http.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
+    if (s.draining) {
+      res.status = 503;
+      res.set_content(R"({"status":"draining"})", "application/json");
+      return;
+    }
     res.set_content(R"({"status":"ok"})", "application/json");
   });
   s.http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
@@ -260,5 +272,9 @@ void Server::listen() {
 
 // Any thread, any time (a stop() before listen() makes listen() return at once).
 void Server::stop() { impl_->gate->stop(); }
+
+void Server::drain() { impl_->draining = true; }
+bool Server::draining() const { return impl_->draining; }
+int Server::in_flight() const { return impl_->in_flight; }
 
 }  // namespace efim

@@ -3,7 +3,8 @@
 // JSON, plan prompts and read RequestStreams; only the Engine's own thread touches the model
 // (architecture rule 1).
 // Errors: 400 invalid input, 401 API key, 404 unknown model (code model_not_found), 503 more
-// than max_concurrent_requests generation requests in flight (code overloaded, Retry-After).
+// than max_concurrent_requests generation requests in flight (code overloaded, Retry-After) or
+// a draining server (code draining, Retry-After).
 #pragma once
 
 #include <memory>
@@ -68,6 +69,14 @@ class Server {
   void listen();
   // Any thread: makes listen() return.
   void stop();
+  // Any thread: graceful drain before stop(). /health answers 503 {"status":"draining"} (a load
+  // balancer's health check moves traffic away) and new generation requests answer 503 (code
+  // draining, Retry-After: 1: a balancer retries them on another replica); requests in flight
+  // go on, and the other routes (/metrics) still answer.
+  void drain();
+  bool draining() const;
+  // Generation requests in flight (holding an admission slot): drained when 0.
+  int in_flight() const;
 
   struct Impl;
 

@@ -91,6 +91,8 @@ struct Server::Impl {
   std::atomic<int> in_flight{0};  // generation requests holding an InFlightSlot
   std::atomic<int64_t> tokens_in_flight{0};  // prompt tokens those requests hold
   std::atomic<int64_t> rejected_overload{0};
+  std::atomic<int64_t> rejected_draining{0};
+  std::atomic<bool> draining{false};  // Server::drain()
   std::string infill_error;
   std::vector<int32_t> infill_stops;
   RoutedServer http;           // the routes (httplib's routing, run by the gate's handlers)

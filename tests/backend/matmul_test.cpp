@@ -560,7 +560,9 @@ TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
   for (Shape s : {Shape{1, 512, 64}, Shape{2, 256, 8}, Shape{3, 768, 40}, Shape{7, 256, 200},
                   Shape{16, 512, 24}, Shape{19, 256, 72}, Shape{1, 1024, 1000},
                   // tails of 5, 3 and 7 rows after the groups (GEMV and GEMM)
-                  Shape{1, 256, 13}, Shape{4, 512, 35}, Shape{17, 256, 47}}) {
+                  Shape{1, 256, 13}, Shape{4, 512, 35}, Shape{17, 256, 47},
+                  // several L2-sized chunks of groups (AVX2) with 4 + 1 rows of x
+                  Shape{5, 2048, 512}}) {
     const Problem p = make_problem(s, t, 11 + static_cast<uint32_t>(s.n));
     std::vector<uint8_t> bytes(p.wbuf.size());
     const WeightMatrix x8 = interleave_rows8(p.w, bytes.data());

@@ -7,15 +7,21 @@ usage: shutdown.py EFIM MODEL
      exits within --shutdown-timeout (+ the write timeout and a margin), not when the client
      would have read everything.
   3. A second SIGTERM exits at once.
+  4. Graceful drain: after SIGTERM /health answers 503 "draining", a new completion answers 503
+     (code draining, Retry-After), the request in flight completes whole, and the process
+     exits (status 0) once it has, well within the deadline; with --drain-grace it stays up
+     answering 503 that long even with nothing in flight.
 """
 import json
 import os
+import threading
 import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 EFIM, MODEL = sys.argv[1], sys.argv[2]
@@ -112,6 +118,56 @@ log = p.stderr.read()
 check(took is not None and took < 2, f"second SIGTERM: exited in {took} s")
 check("second signal" in log, "second SIGTERM: the log says so")
 c.close()
+
+# 4. Graceful drain.
+def get(port, path, body=None):
+    """(status, parsed JSON body, headers) of one request; HTTP errors included."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                 data=json.dumps(body).encode() if body is not None else None)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read()), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), dict(e.headers)
+
+
+p, port = start("--shutdown-timeout", "60")
+long_answer = {}
+n_long = 1500
+t = threading.Thread(target=lambda: long_answer.update(
+    r=get(port, "/v1/completions", {"prompt": "def f():", "max_tokens": n_long, "ignore_eos": True})))
+t.start()
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline and not (metric(port, r'vllm:num_requests_running\{model_name="[^"]*"\}') or 0):
+    time.sleep(0.05)
+t_term = time.monotonic()
+p.send_signal(signal.SIGTERM)
+time.sleep(0.3)
+status, body, _ = get(port, "/health")
+check(status == 503 and body.get("status") == "draining", f"drain: /health answers {status} {body}")
+status, body, headers = get(port, "/v1/completions", {"prompt": "def", "max_tokens": 3})
+check(status == 503 and body.get("error", {}).get("code") == "draining" and "Retry-After" in headers,
+      f"drain: a new completion answers {status} {body}")
+t.join(timeout=60)
+status, body, _ = long_answer.get("r", (None, {}, {}))
+check(status == 200 and body.get("usage", {}).get("completion_tokens") == n_long,
+      f"drain: the request in flight completed whole ({status}, {body.get('usage')})")
+took = wait_exit(p, 20)
+total = time.monotonic() - t_term
+log = p.stderr.read()
+check(took is not None and p.returncode == 0 and total < 30,
+      f"drain: exited with status {p.returncode} {total:.1f} s after SIGTERM (deadline 60 s)")
+check("drained after" in log, "drain: the log says when it drained")
+
+p, port = start("--drain-grace", "2")
+t0 = time.monotonic()
+p.send_signal(signal.SIGTERM)
+time.sleep(1.0)
+status, _, _ = get(port, "/health")
+check(status == 503, f"drain grace: /health answers {status} 1 s after SIGTERM with nothing in flight")
+took = wait_exit(p, 20)
+total = time.monotonic() - t0
+check(took is not None and 1.9 < total < 6, f"drain grace: exited {total:.1f} s after SIGTERM (grace 2 s)")
 
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")

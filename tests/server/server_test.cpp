@@ -241,6 +241,44 @@ TEST_F(ServerTest, ClientDisconnectCancels) {
   EXPECT_EQ(h->status, 200);
 }
 
+// Server::drain (what SIGTERM starts): /health and new generation requests answer 503, the
+// request in flight completes whole, in_flight() counts it down to 0, /metrics still answers.
+TEST_F(ServerTest, DrainRefusesNewWorkAndFinishesTheRequestInFlight) {
+  Running s(dir_->path(), {.step_delay_ms = 10});
+  json long_answer;
+  std::thread in_flight([&] {
+    auto c = s.client();
+    long_answer = post(c, "/v1/completions", {{"prompt", "abc"}, {"max_tokens", 60}, {"ignore_eos", true}});
+  });
+  for (int i = 0; i < 500 && s.server->in_flight() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(s.server->in_flight(), 1);
+  EXPECT_FALSE(s.server->draining());
+  s.server->drain();
+  EXPECT_TRUE(s.server->draining());
+  auto c = s.client();
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 503);
+  EXPECT_EQ(json::parse(h->body)["status"], "draining");
+  for (const char* path : {"/v1/completions", "/completion"}) {
+    auto r = c.Post(path, json{{"prompt", "abc"}, {"max_tokens", 2}}.dump(), "application/json");
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 503) << path << " " << r->body;
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "draining") << r->body;
+    EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  }
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("efim_draining{model_name=\"tiny\"} 1"), std::string::npos);
+  EXPECT_NE(m->body.find("efim_requests_rejected_total{model_name=\"tiny\",reason=\"draining\"} 2"),
+            std::string::npos);
+  in_flight.join();
+  EXPECT_EQ(long_answer["usage"]["completion_tokens"], 60) << long_answer.dump();
+  EXPECT_EQ(s.server->in_flight(), 0);
+}
+
 TEST_F(ServerTest, ApiKey) {
   Running s(dir_->path(), {.api_key = "secret"});
   auto c = s.client();

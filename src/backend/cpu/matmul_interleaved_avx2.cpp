@@ -1,5 +1,5 @@
 // AVX2 GEMV and GEMM on Q4_K, Q5_K and Q6_K weights interleaved 8 rows at a time (interleave.h),
-// against Q8_K activations: the decode path of CPUs without AVX-512 VNNI.
+// against Q8_K activations: decode and prefill of these types on CPUs without AVX-512 VNNI.
 //
 // One 32-byte register of the layout holds 4 bytes of each of 8 weight rows (int32 lane r =
 // row r). With x's 4 matching quants broadcast to every lane,
@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "backend/cpu/interleave.h"
