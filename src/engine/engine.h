@@ -84,6 +84,16 @@ class Engine {
 
   // Tokens the KV cache holds in all (blocks x block size): no sequence is longer. Any thread.
   int64_t kv_slots() const { return kv_slots_; }
+  // The K/V cache's fixed shape (what vllm:cache_config_info reports). Any thread.
+  struct CacheConfig {
+    int32_t block_size = 0, n_blocks = 0;
+    DType kv_type = DType::F32;
+    bool prefix_cache = true;
+  };
+  CacheConfig cache_config() const {
+    return {opt_.kv.block_size, int32_t(kv_slots_ / opt_.kv.block_size), opt_.kv_type,
+            opt_.kv.prefix_cache};
+  }
   // KV cache bytes per token of `c` (K and V of every layer in kv_type).
   static int64_t kv_bytes_per_token(const ModelConfig& c, DType kv_type);
 

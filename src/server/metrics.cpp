@@ -154,6 +154,20 @@ void infill_series(PromText& p, const InfillCounts& c, int64_t rejected_overload
         draining ? 1 : 0);
 }
 
+// vLLM's info series of the cache configuration: the Gateway API Inference Extension's endpoint
+// picker reads block_size from it (prefix-cache aware scoring) and the pool size; vLLM calls
+// the pool's blocks num_gpu_blocks whatever the device, so the label keeps that name.
+void cache_config_series(PromText& p, const Engine::CacheConfig& c) {
+  p.family("vllm:cache_config_info", "gauge", "Information of the K/V cache configuration.");
+  p.sample("vllm:cache_config_info",
+           {{"block_size", std::to_string(c.block_size)},
+            {"cache_dtype", dtype_name(c.kv_type)},
+            {"enable_prefix_caching", c.prefix_cache ? "True" : "False"},
+            {"num_gpu_blocks", std::to_string(c.n_blocks)},
+            {"num_cpu_blocks", "0"}},
+           1);
+}
+
 }  // namespace
 
 void add_metrics_routes(Server::Impl& s) {
@@ -163,6 +177,7 @@ void add_metrics_routes(Server::Impl& s) {
       PromText p(s.opt.model_id);
       engine_series(p, m);
       kv_series(p, m.kv);
+      cache_config_series(p, s.engine.cache_config());
       infill_series(p, s.infill_snapshot(), s.rejected_overload.load(),
                     s.rejected_draining.load(), s.draining.load());
       res.set_content(p.take(), "text/plain; version=0.0.4");

@@ -58,7 +58,8 @@ TEST_F(ServerTest, MetricsFormatAndInitialValues) {
         "vllm:e2e_request_latency_seconds histogram", "efim_infill_requests_total counter",
         "efim_kv_blocks_total gauge", "efim_kv_blocks_referenced gauge",
         "efim_kv_blocks_cached gauge", "efim_kv_blocks_free gauge",
-        "efim_requests_rejected_total counter"}) {
+        "efim_requests_rejected_total counter", "efim_draining gauge",
+        "vllm:cache_config_info gauge"}) {
     EXPECT_TRUE(m.has(std::string("# TYPE ") + family)) << family;
     const std::string name = std::string(family).substr(0, std::string(family).find(' '));
     EXPECT_NE(m.text.find("# HELP " + name + " "), std::string::npos) << name;
@@ -78,6 +79,12 @@ TEST_F(ServerTest, MetricsFormatAndInitialValues) {
   EXPECT_EQ(m.get("vllm:e2e_request_latency_seconds_count"), 0);
   EXPECT_EQ(m.get("efim_infill_requests_total", ",layout=\"psm\",reason=\"not_cached\""), 0);
   EXPECT_EQ(m.get("efim_requests_rejected_total", ",reason=\"overload\""), 0);
+  EXPECT_EQ(m.get("efim_requests_rejected_total", ",reason=\"draining\""), 0);
+  EXPECT_EQ(m.get("efim_draining"), 0);
+  // The cache shape the Gateway API Inference Extension's endpoint picker reads (block size
+  // 2 and 256 blocks in this fixture; the engine library's default f32 K/V).
+  EXPECT_EQ(m.get("vllm:cache_config_info", ",block_size=\"2\",cache_dtype=\"f32\","
+                  "enable_prefix_caching=\"True\",num_gpu_blocks=\"256\",num_cpu_blocks=\"0\""), 1);
 }
 
 // Known prompts (token ids, block size 2): the counters are exact.
