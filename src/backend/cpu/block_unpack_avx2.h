@@ -5,6 +5,8 @@
 // Super-block types: U::prepare(block) gives the 16 sub-block scales and mins as int16 lanes
 // and the two float super-scales; U::chunk(block, c) the 32 quants of elements 32c..32c+31.
 // 32-element types: U::block(b, d, m) gives the 32 quants, d_w and m_w; U::kOffset = o.
+// Interleaved rows (interleave.h): x8_scales gives 8 Q4_K / Q5_K rows' scales and mins at once,
+// q6_levels the 6-bit levels of a 4-byte group of 8 Q6_K rows.
 //
 // Include it as avx2_helpers.h is included (after the target pragma, or after
 // avx512_emulation.h), with tensor/quant.h and quant_int.h included before.
@@ -14,6 +16,7 @@
 #include <cstring>
 
 #include "backend/cpu/avx2_helpers.h"
+#include "backend/cpu/interleave.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/quant_blocks_avx2.h"
 #include "backend/cpu/quant_int.h"
@@ -309,6 +312,68 @@ void rows_range(const WeightMatrix& w, const Acts& a, int64_t r0, int64_t r1, fl
         break;
     }
   }
+}
+
+// ---- interleaved rows (interleave.h): 8 rows side by side, row r in int32 lane r ----
+
+// 8 int32 lanes (row r in lane r) holding byte j of each lane of v.
+template <int J>
+inline __m256i lane_byte(__m256i v) {
+  if constexpr (J == 3) return _mm256_srli_epi32(v, 24);
+  if constexpr (J == 0) return _mm256_and_si256(v, _mm256_set1_epi32(0xff));
+  return _mm256_and_si256(_mm256_srli_epi32(v, 8 * J), _mm256_set1_epi32(0xff));
+}
+
+// The 8 6-bit scales and mins of 8 interleaved Q4_K or Q5_K rows (k4_scales on 8 rows at
+// once): lane r of sc_lo / sc_hi holds row r's scales of sub-blocks 0..3 / 4..7, one per byte;
+// mn_lo / mn_hi its mins.
+struct X8Scales {
+  __m256i sc_lo, sc_hi, mn_lo, mn_hi;
+};
+template <class B>  // BlockQ4_Kx8 or BlockQ5_Kx8
+inline X8Scales x8_scales(const B& b) {
+  const __m256i m6 = _mm256_set1_epi8(0x3f), m4 = _mm256_set1_epi8(0x0f),
+                m2 = _mm256_set1_epi8(0x03);
+  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[0]));
+  const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[1]));
+  const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[2]));
+  X8Scales x;
+  x.sc_lo = _mm256_and_si256(w0, m6);
+  x.mn_lo = _mm256_and_si256(w1, m6);
+  x.sc_hi = _mm256_or_si256(_mm256_and_si256(w2, m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), m2), 4));
+  x.mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), m2), 4));
+  return x;
+}
+
+// Scale (or min) of sub-block J of each of the 8 rows, as int32 lanes.
+template <int J>
+inline __m256i x8_sub(__m256i lo, __m256i hi) {
+  return lane_byte<J % 4>(J < 4 ? lo : hi);
+}
+
+// Each int32 lane v (< 2^15) as the int16 pair (v, v).
+inline __m256i twice16(__m256i v) { return _mm256_or_si256(v, _mm256_slli_epi32(v, 16)); }
+
+// The 6-bit levels of Q6_K elements 128h + 32k + 4g .. + 3 (k = 0..3) of 8 interleaved rows,
+// from ql bytes a (c = 0), b (c = 1) and qh bytes hb of group g.
+struct Q6Levels {
+  __m256i e[4];
+};
+inline Q6Levels q6_levels(const BlockQ6_Kx8& blk, int h, int g) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.q[h][g][0]));
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.q[h][g][1]));
+  const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.q[h][g][2]));
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i hi0 = _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x03)), 4);
+  const __m256i hi1 = _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0c)), 2);
+  const __m256i hi2 = _mm256_and_si256(hb, _mm256_set1_epi8(0x30));
+  const __m256i hi3 = _mm256_and_si256(_mm256_srli_epi16(hb, 2), _mm256_set1_epi8(0x30));
+  return {{_mm256_or_si256(_mm256_and_si256(a, m4), hi0),
+           _mm256_or_si256(_mm256_and_si256(b, m4), hi1),
+           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), hi2),
+           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), hi3)}};
 }
 
 // x quantized row by row (rows in parallel for prefill), then threads take ranges of weight

@@ -13,12 +13,18 @@ namespace efim::cpu {
 
 namespace {
 
+// n bytes between the interleaved block and a file block: file -> interleaved when to_x8.
+struct Mover {
+  bool to_x8;
+  void operator()(void* x8, void* file, size_t n) const {
+    to_x8 ? std::memcpy(x8, file, n) : std::memcpy(file, x8, n);
+  }
+};
+
 // Copies between one super-block of 8 interleaved rows and the file's blocks of those rows;
 // to_x8: file -> interleaved.
 void copy_block(BlockQ4_Kx8& b, BlockQ4_K& row, int r, bool to_x8) {
-  auto mv = [&](void* x8, void* file, size_t n) {
-    to_x8 ? std::memcpy(x8, file, n) : std::memcpy(file, x8, n);
-  };
+  const Mover mv{to_x8};
   mv(&b.d[r], &row.d, 2);
   mv(&b.dmin[r], &row.dmin, 2);
   for (int i = 0; i < 3; ++i) mv(&b.scales[i][r], row.scales + 4 * i, 4);
@@ -27,9 +33,7 @@ void copy_block(BlockQ4_Kx8& b, BlockQ4_K& row, int r, bool to_x8) {
 }
 
 void copy_block(BlockQ5_Kx8& b, BlockQ5_K& row, int r, bool to_x8) {
-  auto mv = [&](void* x8, void* file, size_t n) {
-    to_x8 ? std::memcpy(x8, file, n) : std::memcpy(file, x8, n);
-  };
+  const Mover mv{to_x8};
   mv(&b.d[r], &row.d, 2);
   mv(&b.dmin[r], &row.dmin, 2);
   for (int i = 0; i < 3; ++i) mv(&b.scales[i][r], row.scales + 4 * i, 4);
@@ -39,9 +43,7 @@ void copy_block(BlockQ5_Kx8& b, BlockQ5_K& row, int r, bool to_x8) {
 }
 
 void copy_block(BlockQ6_Kx8& b, BlockQ6_K& row, int r, bool to_x8) {
-  auto mv = [&](void* x8, void* file, size_t n) {
-    to_x8 ? std::memcpy(x8, file, n) : std::memcpy(file, x8, n);
-  };
+  const Mover mv{to_x8};
   mv(&b.d[r], &row.d, 2);
   for (int j = 0; j < 16; ++j) mv(&b.scales[j][r], &row.scales[j], 1);
   for (int h = 0; h < 2; ++h)
@@ -106,8 +108,7 @@ bool has_interleaved_layout(DType t) {
 bool can_interleave(const WeightMatrix& w) {
   return has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows &&
          w.cols > 0 && has_avx2(active_kernel()) &&
-         (w.dtype != DType::Q5_K || !detail::avx512_vnni_supported() ||
-          active_kernel() != CpuKernel::Avx512);
+         !(w.dtype == DType::Q5_K && detail::vnni_kernels_run(active_kernel()));
 }
 
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool) {

@@ -70,6 +70,11 @@ inline bool is_panel_type(DType t) {
 constexpr int64_t kPanelMinRows = 16;
 // Whether this CPU runs matmul_blocks_avx512 (AVX-512 and VNNI).
 bool avx512_vnni_supported();
+// Whether variant k computes the block types with the VNNI kernels (matmul_blocks_avx512 and
+// the panel GEMM; interleaved Q4_K and Q6_K, but Q5_K in the file's layout).
+inline bool vnni_kernels_run(CpuKernel k) {
+  return k == CpuKernel::Avx512 && avx512_vnni_supported();
+}
 // Whether matmul_blocks_avx2 (and the scalar kernel's integer path for the same types) takes t.
 bool is_block_kernel_type(DType t);
 // The same two kernels on 512-bit registers (AVX-512F + AVX-512BW).

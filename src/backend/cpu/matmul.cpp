@@ -104,7 +104,7 @@ void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const Weigh
     const int64_t whole = w.rows / kInterleaveRows * kInterleaveRows, tail = w.rows - whole;
     WeightMatrix groups = w;
     groups.rows = whole;
-    if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported() && w.dtype != DType::Q5_K)
+    if (detail::vnni_kernels_run(kernel) && w.dtype != DType::Q5_K)
       detail::matmul_panel_avx512(pool, x, m, groups, y, w.rows);
     else
       detail::matmul_interleaved_avx2(pool, x, m, groups, y, w.rows);
@@ -147,8 +147,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, 
   if (w.interleave != 1) return matmul_interleaved(pool, x, m, w, y, kernel);
   const bool int8 = w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0;
   if (kernel != CpuKernel::Scalar && detail::is_block_kernel_type(w.dtype)) {
-    if (kernel == CpuKernel::Avx512 && detail::avx512_vnni_supported() && w.dtype != DType::Q5_K)
-      return detail::matmul_blocks_avx512(pool, x, m, w, y);
+    if (detail::vnni_kernels_run(kernel)) return detail::matmul_blocks_avx512(pool, x, m, w, y);
     return detail::matmul_blocks_avx2(pool, x, m, w, y);
   }
   switch (kernel) {

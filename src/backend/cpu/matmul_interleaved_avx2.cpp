@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/interleave.h"
@@ -36,6 +37,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #include "backend/cpu/avx2_helpers.h"
+#include "backend/cpu/block_unpack_avx2.h"
 
 namespace efim::cpu::detail {
 
@@ -43,20 +45,11 @@ namespace {
 
 constexpr int kMaxX = 4;  // rows of x per pass over a group
 
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
 // x's 4 quants at p in every int32 lane.
 inline __m256i bcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
-}
-
-// Byte J of every int32 lane of v, as the int16 pair (b, b) of that lane (b < 64).
-template <int J>
-inline __m256i lane_byte_twice(__m256i v) {
-  const __m256i b = _mm256_and_si256(_mm256_srli_epi32(v, 8 * J), _mm256_set1_epi32(0xff));
-  return _mm256_or_si256(b, _mm256_slli_epi32(b, 16));
 }
 
 // 8 int8 values (one per row) as int16 pairs (lo_r, hi_r) in lane r.
@@ -68,37 +61,18 @@ inline __m256i pair16(const int8_t* lo, const int8_t* hi) {
 
 // ---- Q4_K and Q5_K ----
 
-// Q4_K's (and Q5_K's) 6-bit scales and mins of 8 rows: lane r of sc_lo / sc_hi holds row r's scales of
-// sub-blocks 0..3 / 4..7, one per byte (k4_scales on 8 rows at once); mn_lo / mn_hi its mins.
-struct Q4Scales {
-  __m256i sc_lo, sc_hi, mn_lo, mn_hi;
-};
-template <class B>
-inline Q4Scales q4_scales(const B& b) {
-  const __m256i m6 = _mm256_set1_epi8(0x3f), m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
-  const __m256i w0 = load256(b.scales[0]), w1 = load256(b.scales[1]), w2 = load256(b.scales[2]);
-  Q4Scales s;
-  s.sc_lo = _mm256_and_si256(w0, m6);
-  s.mn_lo = _mm256_and_si256(w1, m6);
-  s.sc_hi = _mm256_or_si256(_mm256_and_si256(w2, m4),
-                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), m2), 4));
-  s.mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
-                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), m2), 4));
-  return s;
-}
-
 // The levels of elements 32J + 4g .. + 3 of 8 interleaved Q4_K or Q5_K rows: the low nibbles
 // (even J) or high nibbles (odd J) of qs register (J / 2, g); for Q5_K bit J of qh register g
 // moved to bit 4.
 template <int J, class B>
 inline __m256i k_level(const B& b, int g) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i v = load256(b.qs[J / 2][g]);
+  const __m256i v = load32(b.qs[J / 2][g][0]);
   const __m256i low = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
   if constexpr (std::is_same_v<B, BlockQ4_Kx8>) {
     return low;
   } else {
-    const __m256i bit = _mm256_and_si256(load256(b.qh[g]), _mm256_set1_epi8(static_cast<char>(1 << J)));
+    const __m256i bit = _mm256_and_si256(load32(b.qh[g][0]), _mm256_set1_epi8(static_cast<char>(1 << J)));
     if constexpr (J < 4) return _mm256_or_si256(low, _mm256_slli_epi16(bit, 4 - J));
     if constexpr (J == 4) return _mm256_or_si256(low, bit);
     if constexpr (J > 4) return _mm256_or_si256(low, _mm256_srli_epi16(bit, J - 4));
@@ -142,18 +116,13 @@ void k_group(const B* grp, const QuantizedRowsK& a, const int32_t* bpair, int64_
     const int8_t* xs[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
-    const Q4Scales sc = q4_scales(b);
+    const X8Scales sc = x8_scales(b);
     __m256i S[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) S[i] = _mm256_setzero_si256();
-    k_sub<0, MX>(b, xs, lane_byte_twice<0>(sc.sc_lo), S);
-    k_sub<1, MX>(b, xs, lane_byte_twice<1>(sc.sc_lo), S);
-    k_sub<2, MX>(b, xs, lane_byte_twice<2>(sc.sc_lo), S);
-    k_sub<3, MX>(b, xs, lane_byte_twice<3>(sc.sc_lo), S);
-    k_sub<4, MX>(b, xs, lane_byte_twice<0>(sc.sc_hi), S);
-    k_sub<5, MX>(b, xs, lane_byte_twice<1>(sc.sc_hi), S);
-    k_sub<6, MX>(b, xs, lane_byte_twice<2>(sc.sc_hi), S);
-    k_sub<7, MX>(b, xs, lane_byte_twice<3>(sc.sc_hi), S);
+    [&]<int... J>(std::integer_sequence<int, J...>) {
+      (k_sub<J, MX>(b, xs, twice16(x8_sub<J>(sc.sc_lo, sc.sc_hi)), S), ...);
+    }(std::make_integer_sequence<int, 8>{});
     // Mins: the even and odd bytes of each mins word as int16 pairs (sub-blocks 0 and 2, 1 and
     // 3, 4 and 6, 5 and 7).
     const __m256i mn[4] = {_mm256_and_si256(sc.mn_lo, lo16),
@@ -179,19 +148,6 @@ void k_group(const B* grp, const QuantizedRowsK& a, const int32_t* bpair, int64_
 
 // ---- Q6_K ----
 
-// The 6-bit levels of elements 128h + 32k + 4g .. + 3 (k = 0..3) of 8 interleaved rows, from
-// the group's three registers: ql c = 0 and c = 1 (low nibbles k = 0, 1, high nibbles k = 2, 3)
-// and qh (bit pair k moved to bits 4..5).
-inline void q6_levels(const BlockQ6_Kx8& b, int h, int g, __m256i e[4]) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-  const __m256i l0 = load256(b.q[h][g][0]), l1 = load256(b.q[h][g][1]), qh = load256(b.q[h][g][2]);
-  e[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-  e[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-  e[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
-  e[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-}
-
 // S[i] += sum_k sc_j t_j over the four 16-element sub-blocks j = 8H + 2k + T (k = 0..3; groups
 // 4T..4T+3 of half H) of the 8 rows against x rows xs[i]: each pair of groups gives the levels
 // of all four sub-blocks from three loads; two maddubs per int16 sum, then a madd.
@@ -200,9 +156,7 @@ inline void q6_quad(const BlockQ6_Kx8& b, const int8_t* const xs[MX], __m256i S[
 #pragma GCC unroll 2
   for (int pair = 0; pair < 2; ++pair) {
     const int g0 = 4 * T + 2 * pair;
-    __m256i e0[4], e1[4];
-    q6_levels(b, H, g0, e0);
-    q6_levels(b, H, g0 + 1, e1);
+    const Q6Levels e0 = q6_levels(b, H, g0), e1 = q6_levels(b, H, g0 + 1);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const int j = 8 * H + 2 * k + T;
@@ -210,8 +164,8 @@ inline void q6_quad(const BlockQ6_Kx8& b, const int8_t* const xs[MX], __m256i S[
 #pragma GCC unroll 4
       for (int i = 0; i < MX; ++i) {
         const int8_t* x = xs[i] + 128 * H + 32 * k + 4 * g0;
-        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(e0[k], bcast4(x)),
-                                           _mm256_maddubs_epi16(e1[k], bcast4(x + 4)));
+        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(e0.e[k], bcast4(x)),
+                                           _mm256_maddubs_epi16(e1.e[k], bcast4(x + 4)));
         S[i] = _mm256_add_epi32(S[i], _mm256_madd_epi16(t, scale));
       }
     }
@@ -255,26 +209,6 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
   }
 #pragma GCC unroll 4
   for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
-}
-
-// x's 32-element sums, paired for the Q4_K mins (see k_group): [m][ns][4].
-const std::vector<int32_t>& mins_pairs(const QuantizedRowsK& a) {
-  static thread_local std::vector<int32_t> buffer;
-  std::vector<int32_t>& bpair = buffer;
-  bpair.resize(static_cast<size_t>(a.m * a.ns * 4));
-  for (int64_t i = 0; i < a.m; ++i)
-    for (int64_t s = 0; s < a.ns; ++s) {
-      const int16_t* bs = a.bsum.data() + (i * a.ns + s) * 16;
-      int32_t b32[8];
-      for (int j = 0; j < 8; ++j) b32[j] = bs[2 * j] + bs[2 * j + 1];
-      int32_t* out = &bpair[static_cast<size_t>((i * a.ns + s) * 4)];
-      for (int q = 0; q < 4; ++q) {  // pairs (0, 2), (1, 3), (4, 6), (5, 7)
-        const int j = (q / 2) * 4 + q % 2;
-        out[q] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(b32[j])) |
-                                      (static_cast<uint32_t>(static_cast<uint16_t>(b32[j + 2])) << 16));
-      }
-    }
-  return bpair;
 }
 
 // Groups [g0, g1) against all rows of x, in chunks of groups small enough to stay in L2 while
@@ -322,7 +256,9 @@ void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const 
     });
     return;
   }
-  const std::vector<int32_t>& bpair = mins_pairs(a);
+  static thread_local std::vector<int32_t> bpair_buf;  // see k_group
+  std::vector<int32_t>& bpair = bpair_buf;
+  paired_sub_block_sums(a, bpair);
   auto run = [&]<class B>(const B* blocks) {
     pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
       groups_range(g0, g1, m, a.ns * static_cast<int64_t>(sizeof(B)), [&](auto mx, int64_t g, int64_t i) {

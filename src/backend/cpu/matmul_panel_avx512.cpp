@@ -76,45 +76,6 @@ inline int32_t load_i32(const void* p) {
   return v;
 }
 
-// 8 int32 lanes (row r in lane r) holding byte j of each lane of v.
-template <int J>
-inline __m256i lane_byte(__m256i v) {
-  if constexpr (J == 3) return _mm256_srli_epi32(v, 24);
-  if constexpr (J == 0) return _mm256_and_si256(v, _mm256_set1_epi32(0xff));
-  return _mm256_and_si256(_mm256_srli_epi32(v, 8 * J), _mm256_set1_epi32(0xff));
-}
-
-// Q4_K's 8 6-bit scales and mins of 8 interleaved rows (k4_scales on 8 rows at once): lane r
-// of sc_lo / sc_hi holds row r's scales of sub-blocks 0..3 / 4..7, one per byte; mn_lo / mn_hi
-// its mins.
-struct X8Scales {
-  __m256i sc_lo, sc_hi, mn_lo, mn_hi;
-};
-inline X8Scales x8_scales(const BlockQ4_Kx8& b) {
-  const __m256i m6 = _mm256_set1_epi8(0x3f), m4 = _mm256_set1_epi8(0x0f),
-                m2 = _mm256_set1_epi8(0x03);
-  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[0]));
-  const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[1]));
-  const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[2]));
-  X8Scales x;
-  x.sc_lo = _mm256_and_si256(w0, m6);
-  x.mn_lo = _mm256_and_si256(w1, m6);
-  x.sc_hi = _mm256_or_si256(_mm256_and_si256(w2, m4),
-                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), m2), 4));
-  x.mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
-                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), m2), 4));
-  return x;
-}
-
-// Scale (or min) of sub-block J of each of the 8 rows, as int32 lanes.
-template <int J>
-inline __m256i x8_sub(__m256i lo, __m256i hi) {
-  return lane_byte<J % 4>(J < 4 ? lo : hi);
-}
-
-// Each int32 lane v (< 2^15) as the int16 pair (v, v).
-inline __m256i twice16(__m256i v) { return _mm256_or_si256(v, _mm256_slli_epi32(v, 16)); }
-
 // pack_panel for interleaved Q4_K: rows [n0, n0 + nr) are whole groups of 8 (nr = 8 or 16; a
 // missing second group repeats the first). The nibbles of a group's register are already 4
 // bytes of 8 rows: no transpose.
@@ -144,26 +105,6 @@ void pack_panel_x8(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelB
       _mm256_store_ps(&p.dmin[h], _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin))));
     }
   }
-}
-
-// The 6-bit levels of Q6_K elements 128h + 32k + 4g .. + 3 (k = 0..3) of 8 interleaved rows,
-// from ql bytes a (c = 0), b (c = 1) and qh bytes hb of group g.
-struct Q6Levels {
-  __m256i e[4];
-};
-inline Q6Levels q6_levels(const BlockQ6_Kx8& blk, int h, int g) {
-  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.q[h][g][0]));
-  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.q[h][g][1]));
-  const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.q[h][g][2]));
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i hi0 = _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x03)), 4);
-  const __m256i hi1 = _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0c)), 2);
-  const __m256i hi2 = _mm256_and_si256(hb, _mm256_set1_epi8(0x30));
-  const __m256i hi3 = _mm256_and_si256(_mm256_srli_epi16(hb, 2), _mm256_set1_epi8(0x30));
-  return {{_mm256_or_si256(_mm256_and_si256(a, m4), hi0),
-           _mm256_or_si256(_mm256_and_si256(b, m4), hi1),
-           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), hi2),
-           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), hi3)}};
 }
 
 // Scales of 16-element sub-block j of 8 interleaved Q6_K rows as int32 lanes.
@@ -465,19 +406,7 @@ void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, f
   // x's sums per 32-element sub-block, paired for the mins (see x8_group): [m][ns][4].
   static thread_local std::vector<int32_t> bpair_buf;
   std::vector<int32_t>& bpair = bpair_buf;
-  bpair.resize(static_cast<size_t>(a.m * a.ns * 4));
-  for (int64_t i = 0; i < a.m; ++i)
-    for (int64_t s = 0; s < a.ns; ++s) {
-      const int16_t* bs = a.bsum.data() + (i * a.ns + s) * 16;
-      int32_t b32[8];
-      for (int j = 0; j < 8; ++j) b32[j] = bs[2 * j] + bs[2 * j + 1];
-      int32_t* out = &bpair[static_cast<size_t>((i * a.ns + s) * 4)];
-      for (int q = 0; q < 4; ++q) {  // pairs (0, 2), (1, 3), (4, 6), (5, 7)
-        const int j = (q / 2) * 4 + q % 2;
-        out[q] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(b32[j])) |
-                                      (static_cast<uint32_t>(static_cast<uint16_t>(b32[j + 2])) << 16));
-      }
-    }
+  paired_sub_block_sums(a, bpair);
   const auto* blocks = static_cast<const BlockQ4_Kx8*>(w.data);
   pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
                     [&](int, int64_t g0, int64_t g1) {

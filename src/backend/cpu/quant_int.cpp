@@ -187,6 +187,22 @@ void decode_block32(DType t, const uint8_t* row, int64_t b, IntBlock32& o) {
   }
 }
 
+void paired_sub_block_sums(const QuantizedRowsK& a, std::vector<int32_t>& bpair) {
+  bpair.resize(static_cast<size_t>(a.m * a.ns * 4));
+  for (int64_t i = 0; i < a.m; ++i)
+    for (int64_t s = 0; s < a.ns; ++s) {
+      const int16_t* bs = a.bsum.data() + (i * a.ns + s) * 16;
+      int32_t b32[8];
+      for (int j = 0; j < 8; ++j) b32[j] = bs[2 * j] + bs[2 * j + 1];
+      int32_t* out = &bpair[static_cast<size_t>((i * a.ns + s) * 4)];
+      for (int q = 0; q < 4; ++q) {  // pairs (0, 2), (1, 3), (4, 6), (5, 7)
+        const int j = (q / 2) * 4 + q % 2;
+        out[q] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(b32[j])) |
+                                      (static_cast<uint32_t>(static_cast<uint16_t>(b32[j + 2])) << 16));
+      }
+    }
+}
+
 void QuantizedRowsK::resize(int64_t rows, int64_t cols) {
   EFIM_CHECK(cols % kQKBlock == 0, "QuantizedRowsK: ", cols, " columns are not whole super-blocks");
   m = rows;

@@ -61,6 +61,11 @@ struct QuantizedRowsK {
 // Row i of x [.][out.k] into row i of out (already sized); the scalar and the AVX2 versions
 // write identical bytes.
 void quantize_row_k_scalar(const float* x, int64_t i, QuantizedRowsK& out);
+
+// The x operand of the mins of interleaved Q4_K / Q5_K (interleave.h): a's 32-element sums of
+// sub-blocks j and j + 2 of each super-block as an int16 pair, for j = 0, 1, 4, 5 (the even and
+// odd bytes of a mins word), into out[i][s][0..3] (resized to [m][ns][4]).
+void paired_sub_block_sums(const QuantizedRowsK& a, std::vector<int32_t>& out);
 void quantize_row_k_avx2(const float* x, int64_t i, QuantizedRowsK& out);
 
 }  // namespace efim::cpu
