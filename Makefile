@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: deps build test serve check-avx512 check-soak check-sanitize clean
+.PHONY: deps build test serve check-avx512 check-soak check-sanitize check-scaleout clean
 SOAK_SECONDS ?= 600
 
 deps:
@@ -29,6 +29,12 @@ check-avx512: deps
 # last line gives requests by class, 5xx, hangs, KV blocks left referenced and RSS.
 check-soak: build
 	/usr/bin/python3 scripts/soak.py $(BUILD)/bin/efim models/efim-tiny-q8_0.gguf --seconds $(SOAK_SECONDS)
+
+# Optional: 3 replicas behind deploy/haproxy/haproxy.cfg, 12 users typing as llama.vim does,
+# once with the recipe's affinity key and once round-robin, a replica killed halfway through
+# each (scripts/scaleout.py, ~5 min). Last line: affinity reuse A, round-robin reuse B, failed F.
+check-scaleout: build
+	/usr/bin/python3 scripts/scaleout.py $(BUILD)/bin/efim models/efim-tiny-q8_0.gguf --check
 
 # Optional: the unit and end-to-end tests built with ASan, UBSan and LSan.
 check-sanitize: deps

@@ -11,7 +11,7 @@ DEPS=$ROOT/.deps
 
 APT_PACKAGES=(build-essential cmake pkg-config git libgtest-dev libgmock-dev
   libbenchmark-dev libcli11-dev nlohmann-json3-dev libicu-dev libcpp-httplib-dev python3-numpy
-  libpython3.11-stdlib zlib1g-dev curl gzip libsimde-dev chromium)
+  libpython3.11-stdlib zlib1g-dev curl gzip libsimde-dev chromium haproxy python3-yaml)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -54,8 +54,11 @@ done
 # Clients with runtime dependencies, installed by npm (no install scripts) under .deps/npm:
 # ollama 0.6.3 (the official Ollama client the editor plugins' API is tested with; it needs
 # whatwg-fetch) and puppeteer-core 24.43.1 (drives Debian's chromium in the playground test;
-# the newest major that runs on Node 20).
-NPM_INSTALLED=(ollama@0.6.3 puppeteer-core@24.43.1)
+# the newest major that runs on Node 20), kubernetes-models 5.1.0 and
+# @kubernetes-models/gateway-api 2.0.0 (the Kubernetes and Gateway API OpenAPI schemas with a
+# validator: deploy/k8s's manifests are checked against them).
+NPM_INSTALLED=(ollama@0.6.3 puppeteer-core@24.43.1 kubernetes-models@5.1.0
+  @kubernetes-models/gateway-api@2.0.0)
 stamp="$DEPS/npm/.installed"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${NPM_INSTALLED[*]}" ]; then
   echo "deps: npm install ${NPM_INSTALLED[*]}"
