@@ -32,6 +32,7 @@ struct ServeArgs {
   // matmul is compute-bound here), so drafts did not pay (README, "Speculative decoding").
   std::string speculative = "off";
   int draft_min = 1, draft_max = 8;
+  int draft_memory = 4;
   bool no_prefix_cache = false;
   std::string alias;
   int64_t ctx_size = 0;  // 0: the model's context (or what the KV cache holds)
@@ -181,6 +182,8 @@ void run_serve(ServeArgs& a) {
   eo.kv.prefix_cache = !a.no_prefix_cache;
   eo.tokenizer = &m.tokenizer;
   eo.speculative = speculative;
+  eo.speculative.remember = a.draft_memory > 0;
+  if (a.draft_memory > 0) eo.speculative.memory.docs_per_place = size_t(a.draft_memory);
   Engine engine(*m.model, eo);
   const int32_t n_ctx = served_context(a, m.model->config(), engine.kv_slots());
   EFIM_CHECK(a.max_tokens_in_flight >= -1,
@@ -224,6 +227,11 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--draft-min", a->draft_min, "Shortest speculative draft")->capture_default_str();
   cmd->add_option("--draft-max", a->draft_max, "Longest speculative draft")->capture_default_str();
+  cmd->add_option("--draft-memory", a->draft_memory,
+                  "Previous completions kept per place (same context and suffix) to draft the "
+                  "next requests there from; 0: none")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   cmd->add_option("--kv-type", a->kv_type,
                   "K/V cache element type: f16 (half of f32's bytes), q8_0 (about a quarter) or "
                   "f32")

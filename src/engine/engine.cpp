@@ -70,6 +70,7 @@ Engine::Engine(Model& model, const EngineOptions& options)
                                 options.kv_type)),
       sched_(options.scheduler, kv_),
       runner_(model, cache_),
+      draft_memory_(options.speculative.memory),
       thread_([this] { loop(); }) {}
 
 int64_t Engine::kv_bytes_per_token(const ModelConfig& c, DType kv_type) {
@@ -142,6 +143,9 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
       // Later documents win a lookup: the output (appended to the prompt's document, kOwn) over
       // the caller's documents over the prompt.
       live.drafting->index.add_document(live.request.prompt);
+      if (live.request.draft_place != 0)
+        for (const auto& d : draft_memory_.recall(live.request.draft_place))
+          live.drafting->index.add_document(d);
       for (const auto& d : live.request.draft_documents) live.drafting->index.add_document(d);
       live.request.draft_documents.clear();
     }
@@ -434,6 +438,15 @@ void Engine::finish(SeqId id, FinishReason reason, std::string error) {
     l.stream->push_text(tail);
   }
   remove_probes(id);
+  // What it generated (also when cancelled: an editor cancels as the user types on) drafts the
+  // next requests at the same place.
+  if (opt_.speculative.enabled && opt_.speculative.remember && l.request.draft_place != 0 &&
+      reason != FinishReason::error) {
+    const auto& p = l.request.prompt;
+    const size_t from = std::min(l.request.draft_typed_from, p.size());
+    draft_memory_.remember(l.request.draft_place,
+                           std::span<const int32_t>(p).subspan(from), l.result.tokens);
+  }
   l.result.finish = reason;
   l.result.error = std::move(error);
   l.result.timings.total_ms = ms_since(l.submitted);

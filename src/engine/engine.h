@@ -39,6 +39,8 @@ namespace efim {
 struct SpeculativeOptions {
   bool enabled = false;
   NgramDraftOptions ngram;
+  bool remember = true;       // draft from the previous completions per Request.draft_place
+  DraftMemoryOptions memory;
   int32_t min_draft = 1, max_draft = 8, start_draft = 4;  // DraftLength's adaptive range
 };
 
@@ -173,6 +175,7 @@ class Engine {
   std::vector<SeqId> searching_;             // owners whose search moved this step
   SeqId next_probe_ = -1;
   int64_t steps_ = 0;                     // engine thread only
+  DraftMemory draft_memory_;              // engine thread only
   EngineMetrics metrics_;                 // engine thread only; gauges filled by metrics()
 
   std::atomic<RequestId> next_id_{1};

@@ -35,9 +35,13 @@ struct Request {
   // While healing it is off. It never changes the output, only how many steps it takes.
   bool speculative = true;
   int32_t max_draft = 0;  // > 0: drafts at most this long (within the engine's range)
-  // More text the drafts may be copied from besides the prompt and the output (e.g. the
-  // previous completions at the same place).
+  // More text the drafts may be copied from besides the prompt and the output.
   std::vector<std::vector<int32_t>> draft_documents;
+  // The previous completions at the same place (sampling/ngram_draft.h DraftMemory, kept by
+  // the engine): a request with draft_place != 0 drafts from what earlier requests with the
+  // same place generated, and leaves prompt[draft_typed_from:] ++ its own tokens for the next.
+  uint64_t draft_place = 0;
+  size_t draft_typed_from = 0;  // where the typed text starts (after the middle sentinel)
 };
 
 // Token healing of r.prompt's tail at or after `from` (infill/healing.h): removes the backed-off

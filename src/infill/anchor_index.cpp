@@ -6,13 +6,14 @@
 
 namespace efim {
 
-namespace {
-
-uint64_t key_hash(std::string_view key, std::string_view suffix) {
+uint64_t AnchorIndex::place_hash(std::string_view key, std::string_view suffix) {
   const uint64_t a = std::hash<std::string_view>{}(key);
   const uint64_t b = std::hash<std::string_view>{}(suffix);
-  return a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2));
+  const uint64_t h = a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2));
+  return h == 0 ? 1 : h;
 }
+
+namespace {
 
 // Length-prefixed so that no two different contexts give the same key.
 void put(std::string& out, std::string_view s) {
@@ -42,7 +43,7 @@ std::string AnchorIndex::context_key(const FimFormat& fmt, std::string_view file
 std::vector<const Anchor*> AnchorIndex::matches(std::string_view key, std::string_view suffix,
                                                 std::string_view prefix) const {
   std::vector<const Anchor*> out;
-  const auto [lo, hi] = by_hash_.equal_range(key_hash(key, suffix));
+  const auto [lo, hi] = by_hash_.equal_range(place_hash(key, suffix));
   for (auto it = lo; it != hi; ++it) {
     const Anchor& a = *it->second;
     if (a.root->suffix != suffix || a.root->key != key || !prefix.starts_with(a.prefix)) continue;
@@ -63,7 +64,7 @@ std::vector<const Anchor*> AnchorIndex::matches(std::string_view key, std::strin
 const Anchor* AnchorIndex::insert_root(std::string key, std::string suffix, std::string prefix,
                                        const FimPrompt& prompt) {
   auto root = std::make_shared<AnchorRoot>();
-  root->hash = key_hash(key, suffix);
+  root->hash = place_hash(key, suffix);
   root->key = std::move(key);
   root->suffix = std::move(suffix);
   root->root_tokens = prompt.middle_end;

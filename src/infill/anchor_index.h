@@ -30,7 +30,7 @@ namespace efim {
 struct AnchorRoot {
   std::string key;  // context: layout id, current filename, extra chunks
   std::string suffix;
-  uint64_t hash = 0;        // of key and suffix
+  uint64_t hash = 0;        // of key and suffix: place_hash
   size_t root_tokens = 0;   // tokens of the root (the PSM prompt without its `prompt` part)
   size_t middle_end = 0;    // index just past the middle sentinel
   size_t suffix_at = 0;     // index of the suffix sentinel
@@ -62,6 +62,8 @@ class AnchorIndex {
   // Context key of a request: anchors built under another key never match.
   static std::string context_key(const FimFormat& fmt, std::string_view filename,
                                  std::span<const ExtraChunk> extra);
+  // A request's place: its context key and suffix, hashed (never 0). AnchorRoot::hash.
+  static uint64_t place_hash(std::string_view key, std::string_view suffix);
 
   // Anchors with this key and suffix whose prefix starts `prefix`, longest prefix first, then
   // most recent first. Pointers stay valid until the next insert or clear.

@@ -46,10 +46,16 @@ InfillPlanner::InfillPlanner(const FimLayout& layout, PlannerOptions opts)
     : layout_(&layout), opts_(opts), index_(opts.index) {}
 
 InfillPlan InfillPlanner::plan(const InfillRequest& req) {
+  const std::string key = AnchorIndex::context_key(layout_->format(), req.filename, req.extra);
+  InfillPlan p = plan_for(req, key);
+  p.place = AnchorIndex::place_hash(key, req.suffix);
+  return p;
+}
+
+InfillPlan InfillPlanner::plan_for(const InfillRequest& req, const std::string& key) {
   if (req.mode == InfillMode::psm) return fresh(req, FimOrder::psm, InfillReason::forced, nullptr);
   if (req.mode == InfillMode::spm) return fresh(req, FimOrder::spm, InfillReason::forced, nullptr);
 
-  const std::string key = AnchorIndex::context_key(layout_->format(), req.filename, req.extra);
   const auto cands = index_.matches(key, req.suffix, req.prefix);
   if (cands.empty()) return fresh(req, FimOrder::psm, InfillReason::miss, &key);
   const Choice c = choose(cands, req);

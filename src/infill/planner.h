@@ -84,6 +84,9 @@ struct InfillPlan {
   size_t anchor_tokens = 0;  // leading tokens taken verbatim from the anchor (EFIM), else 0
   size_t cached_tokens = 0;  // `cached` of the chosen anchor (EFIM with a callback), else 0
   bool new_anchor = false;   // recorded as a new root anchor
+  // Where the request asks (AnchorIndex::place_hash of its context and suffix, in every mode):
+  // requests at one place while a user types share it (the server's draft memory key).
+  uint64_t place = 0;
 };
 
 struct PlannerOptions {
@@ -110,6 +113,7 @@ class InfillPlanner {
     size_t cached = 0;
   };
   Choice choose(const std::vector<const Anchor*>& cands, const InfillRequest& req) const;
+  InfillPlan plan_for(const InfillRequest& req, const std::string& key);
   InfillPlan fresh(const InfillRequest& req, FimOrder order, InfillReason reason,
                    const std::string* anchor_key);
   InfillPlan efim_from(const Choice& c, const InfillRequest& req, std::span<const int32_t> inc,

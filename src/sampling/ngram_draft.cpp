@@ -89,4 +89,49 @@ void DraftLength::update(int32_t proposed, int32_t accepted) {
   k_ = accepted == proposed ? std::min(max_, 2 * k_) : std::clamp(accepted + 1, min_, max_);
 }
 
+DraftMemory::DraftMemory(const DraftMemoryOptions& options) : opt_(options) {
+  EFIM_CHECK(opt_.max_places > 0 && opt_.docs_per_place > 0 && opt_.max_doc_tokens > 0,
+             "DraftMemory: max_places ", opt_.max_places, ", docs_per_place ",
+             opt_.docs_per_place, " and max_doc_tokens ", opt_.max_doc_tokens,
+             " must be positive");
+}
+
+void DraftMemory::touch(Place& p, uint64_t place) {
+  lru_.erase(p.lru);
+  lru_.push_front(place);
+  p.lru = lru_.begin();
+}
+
+void DraftMemory::remember(uint64_t place, std::span<const int32_t> typed,
+                           std::span<const int32_t> generated) {
+  if (place == 0 || generated.empty()) return;
+  // doc = typed[-keep:] ++ generated, cut to max_doc_tokens (the completion's start is kept).
+  const size_t n_gen = std::min(generated.size(), opt_.max_doc_tokens);
+  const size_t n_typed = std::min({typed.size(), opt_.keep_typed, opt_.max_doc_tokens - n_gen});
+  std::vector<int32_t> doc(typed.end() - ptrdiff_t(n_typed), typed.end());
+  doc.insert(doc.end(), generated.begin(), generated.begin() + ptrdiff_t(n_gen));
+
+  auto it = places_.find(place);
+  if (it == places_.end()) {
+    if (places_.size() == opt_.max_places) {  // evict the least recently used place
+      places_.erase(lru_.back());
+      lru_.pop_back();
+    }
+    lru_.push_front(place);
+    it = places_.emplace(place, Place{{}, lru_.begin()}).first;
+  } else {
+    touch(it->second, place);
+  }
+  auto& docs = it->second.docs;
+  if (docs.size() == opt_.docs_per_place) docs.erase(docs.begin());
+  docs.push_back(std::move(doc));
+}
+
+std::vector<std::vector<int32_t>> DraftMemory::recall(uint64_t place) {
+  auto it = places_.find(place);
+  if (it == places_.end()) return {};
+  touch(it->second, place);
+  return it->second.docs;
+}
+
 }  // namespace efim

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -68,6 +69,47 @@ class DraftLength {
 
  private:
   int32_t min_, max_, k_;
+};
+
+// What earlier requests at the same place generated, kept as draft documents for the next ones:
+// an editor asks again and again at one place while the user types, and the text the model
+// suggested a keystroke ago is often what it suggests now. A place is a caller's key (the
+// server's: the prompt's context and suffix, infill/planner.h); each remembered document is the
+// text a request typed after the middle sentinel (its last `keep_typed` tokens) followed by
+// what it generated, so that a lookup of the newly typed tokens finds their continuation.
+// Bounded (least recently used place first, newest documents per place kept); pure
+// bookkeeping, owned by one thread.
+struct DraftMemoryOptions {
+  size_t max_places = 256;
+  size_t docs_per_place = 4;
+  size_t keep_typed = 32;    // tokens of the typed text kept before each completion
+  size_t max_doc_tokens = 512;
+};
+
+class DraftMemory {
+ public:
+  explicit DraftMemory(const DraftMemoryOptions& options = {});
+
+  // Records `typed` (its last keep_typed tokens) ++ `generated` (at most max_doc_tokens in
+  // all) under `place`; nothing when generated is empty or place is 0.
+  void remember(uint64_t place, std::span<const int32_t> typed,
+                std::span<const int32_t> generated);
+  // The documents of `place`, oldest first (the newest wins a lookup: NgramIndex prefers later
+  // documents); marks the place as just used.
+  std::vector<std::vector<int32_t>> recall(uint64_t place);
+
+  size_t n_places() const { return places_.size(); }
+
+ private:
+  struct Place {
+    std::vector<std::vector<int32_t>> docs;  // oldest first
+    std::list<uint64_t>::iterator lru;
+  };
+  void touch(Place& p, uint64_t place);
+
+  DraftMemoryOptions opt_;
+  std::unordered_map<uint64_t, Place> places_;
+  std::list<uint64_t> lru_;  // front: most recent
 };
 
 }  // namespace efim

@@ -69,6 +69,8 @@ PromptField parse_prompt(const json& body, int32_t vocab, bool infill) {
 struct CompletionPrompt {
   std::vector<int32_t> tokens;
   size_t heal_from = std::string::npos;
+  uint64_t place = 0;     // infill: the planner's place (the engine's draft memory key)
+  size_t typed_from = 0;  // infill: just past the middle sentinel
 };
 
 CompletionPrompt completion_prompt(Server::Impl& s, PromptField prompt,
@@ -93,6 +95,8 @@ CompletionPrompt completion_prompt(Server::Impl& s, PromptField prompt,
   ir.max_prompt_tokens = size_t(s.n_ctx - max_tokens);
   InfillPlan plan = s.plan_infill(ir, "max_tokens", max_tokens);
   out.tokens = std::move(plan.prompt.tokens);
+  out.place = plan.place;
+  out.typed_from = plan.prompt.middle_end;
   if (heal_infill(s.opt.healing, token_healing)) out.heal_from = plan.prompt.middle_end;
   return out;
 }
@@ -141,6 +145,8 @@ CompletionJob parse_completion(Server::Impl& s, const json& body) {
   CompletionPrompt cp = completion_prompt(s, std::move(prompt), job.suffix,
                                           job.request.max_tokens, parse_token_healing(body));
   job.request.prompt = std::move(cp.tokens);
+  job.request.draft_place = cp.place;
+  job.request.draft_typed_from = cp.typed_from;
   if (cp.heal_from != std::string::npos) job.healing = heal_prompt(s, job.request, cp.heal_from);
   const int64_t n = int64_t(job.request.prompt.size());
   EFIM_CHECK(n + job.request.max_tokens <= s.n_ctx, "prompt of ", n, " tokens + max_tokens ",

@@ -52,6 +52,8 @@ NativeJob parse_infill(Server::Impl& s, const json& body) {
   job.truncated = p.prompt.truncated;
   job.plan = {{"layout", order_name(p.prompt.order)}, {"reason", reason_name(p.reason)}};
   job.request.prompt = std::move(p.prompt.tokens);
+  job.request.draft_place = p.place;  // the previous completions here draft this one
+  job.request.draft_typed_from = p.prompt.middle_end;
   job.fill_only = n_predict == 0;
   const int64_t room = s.n_ctx - int64_t(job.request.prompt.size());
   EFIM_CHECK(room >= 1, "infill prompt of ", job.request.prompt.size(),

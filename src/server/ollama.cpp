@@ -284,6 +284,8 @@ GenerateJob parse_generate(Server::Impl& s, const json& body, std::optional<doub
     ir.max_prompt_tokens = size_t(std::max<int64_t>(1, n_ctx - reserve));
     InfillPlan p = s.plan_infill(ir, "options.num_predict", o.num_predict);
     job.request.prompt = std::move(p.prompt.tokens);
+    job.request.draft_place = p.place;
+    job.request.draft_typed_from = p.prompt.middle_end;
     job.request.stop_tokens = s.infill_stops;
     if (heal_infill(s.opt.healing, std::nullopt))
       job.healing_from = p.prompt.middle_end;

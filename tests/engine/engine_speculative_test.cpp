@@ -73,6 +73,35 @@ TEST_F(EngineSpeculativeTest, GreedyOutputIsUnchangedWithPerfectWrongAndNoDrafts
   e.check_invariants();
 }
 
+// The previous completions at the same place (Request.draft_place): a request asking again at
+// a place drafts from what the last one generated there, with the same output; another place
+// and a request that says nothing get no such drafts.
+TEST_F(EngineSpeculativeTest, PreviousCompletionsAtThePlaceDraftTheNextRequest) {
+  Engine e(*model_, speculative(options(512, 64, 4)));
+  const std::vector<int32_t> p = prompt(24, 5);  // random: the prompt alone drafts little
+  const int32_t n = 40;
+  const std::vector<int32_t> ref = reference(p, n);
+  auto at = [&](uint64_t place) {
+    Request r = greedy(p, n);
+    r.draft_place = place;
+    r.draft_typed_from = p.size() - 4;
+    return e.submit(r)->wait();
+  };
+  const RequestResult first = at(11);   // nothing remembered at 11 yet
+  const RequestResult again = at(11);   // drafts from `first`'s completion
+  const RequestResult other = at(12);   // another place: nothing remembered there
+  Request plain = greedy(p, n);
+  const RequestResult none = e.submit(plain)->wait();
+  for (const RequestResult* r : {&first, &again, &other, &none}) EXPECT_EQ(r->tokens, ref);
+  EXPECT_EQ(other.n_accepted, first.n_accepted);
+  EXPECT_EQ(none.n_accepted, first.n_accepted);
+  // The remembered completion is the whole answer: nearly every token comes from a draft.
+  EXPECT_GE(again.n_accepted, n - 8) << "first " << first.n_accepted;
+  EXPECT_LT(again.n_steps, n / 3);
+  EXPECT_GT(again.n_accepted, first.n_accepted + 10);
+  e.check_invariants();
+}
+
 // Batched: speculating requests with drafts of different lengths next to requests that do
 // not speculate and a prompt being prefilled in chunks, under a small step budget that cuts
 // drafts, and a KV pool small enough to drop drafts and preempt.

@@ -223,6 +223,29 @@ TEST_F(Planner, ExtraContextAndFilenameAreTheAnchorsContext) {
       InfillReason::miss);
 }
 
+// The place (the engine's draft memory key): the same while the user types at one place (a
+// growing prefix and prompt, PSM or EFIM, any mode), another for another suffix, extra context
+// or file.
+TEST_F(Planner, PlaceIsTheContextAndSuffixInEveryMode) {
+  const std::vector<ExtraChunk> a = {{"a.py", "A = 1\n"}};
+  for (InfillMode mode : {InfillMode::automatic, InfillMode::efim, InfillMode::psm,
+                          InfillMode::spm}) {
+    InfillPlanner planner(layout);
+    const InfillPlan first = planner.plan({.prefix = "x = ", .suffix = "\n", .extra = a,
+                                           .mode = mode});
+    const InfillPlan typed = planner.plan({.prefix = "x = A", .suffix = "\n", .prompt = " +",
+                                           .extra = a, .mode = mode});
+    EXPECT_NE(first.place, 0u);
+    EXPECT_EQ(typed.place, first.place) << mode_name(mode);
+    EXPECT_NE(planner.plan({.prefix = "x = A", .suffix = "\n\n", .extra = a, .mode = mode}).place,
+              first.place);
+    EXPECT_NE(planner.plan({.prefix = "x = A", .suffix = "\n", .mode = mode}).place, first.place);
+    EXPECT_NE(planner.plan({.prefix = "x = A", .suffix = "\n", .filename = "b.py", .extra = a,
+                            .mode = mode}).place,
+              first.place);
+  }
+}
+
 TEST_F(Planner, PromptFieldGoesAfterTheMiddleAndIsNotAnchored) {
   InfillPlanner planner(layout);
   const std::string p = "def f(x):\n", s = "\n    return y\n";

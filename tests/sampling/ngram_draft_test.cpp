@@ -1,5 +1,6 @@
-// NgramIndex and DraftLength (sampling/ngram_draft.h): exact proposals on small documents, a
-// brute-force reference on random ones, document boundaries, and the draft-length policy.
+// NgramIndex, DraftLength and DraftMemory (sampling/ngram_draft.h): exact proposals on small
+// documents, a brute-force reference on random ones, document boundaries, the draft-length
+// policy, and the bounded memory of previous completions.
 #include "sampling/ngram_draft.h"
 
 #include <gtest/gtest.h>
@@ -108,6 +109,35 @@ TEST(DraftLength, DoublesOnFullAcceptanceAndFallsAfterAMiss) {
   EXPECT_THROW(k.update(2, 3), Error);
   EXPECT_THROW(DraftLength(0, 4, 2), Error);
   EXPECT_EQ(DraftLength(2, 6, 10).next(), 6);
+}
+
+TEST(DraftMemory, KeepsTheTypedTailAndTheCompletionPerPlace) {
+  DraftMemory m({.max_places = 8, .docs_per_place = 2, .keep_typed = 3, .max_doc_tokens = 6});
+  EXPECT_TRUE(m.recall(7).empty());
+  m.remember(7, Toks{1, 2, 3, 4, 5}, Toks{10, 11});  // the typed tail's last 3 tokens
+  EXPECT_EQ(m.recall(7), (std::vector<Toks>{{3, 4, 5, 10, 11}}));
+  m.remember(7, Toks{1}, Toks{20, 21, 22, 23, 24, 25, 26});  // 7 generated > 6: the first 6
+  m.remember(7, Toks{8, 9}, Toks{30, 31, 32, 33, 34});        // typed gets what is left (1)
+  // Two documents per place, oldest first: the first one is gone.
+  EXPECT_EQ(m.recall(7), (std::vector<Toks>{{20, 21, 22, 23, 24, 25}, {9, 30, 31, 32, 33, 34}}));
+  m.remember(7, Toks{1, 2}, Toks{});  // nothing generated: nothing kept
+  m.remember(0, Toks{1, 2}, Toks{3});  // place 0: none
+  EXPECT_EQ(m.recall(7).size(), 2u);
+  EXPECT_TRUE(m.recall(0).empty());
+  EXPECT_TRUE(m.recall(8).empty());  // another place has its own
+}
+
+TEST(DraftMemory, EvictsTheLeastRecentlyUsedPlace) {
+  DraftMemory m({.max_places = 3, .docs_per_place = 1, .keep_typed = 0, .max_doc_tokens = 4});
+  for (uint64_t p = 1; p <= 3; ++p) m.remember(p, Toks{}, Toks{int32_t(p)});
+  EXPECT_EQ(m.recall(1), (std::vector<Toks>{{1}}));  // 1 is now the most recent
+  m.remember(4, Toks{}, Toks{4});                     // evicts 2, the least recently used
+  EXPECT_EQ(m.n_places(), 3u);
+  EXPECT_TRUE(m.recall(2).empty());
+  EXPECT_EQ(m.recall(1), (std::vector<Toks>{{1}}));
+  EXPECT_EQ(m.recall(3), (std::vector<Toks>{{3}}));
+  EXPECT_EQ(m.recall(4), (std::vector<Toks>{{4}}));
+  EXPECT_THROW(DraftMemory({.max_places = 0}), Error);
 }
 
 }  // namespace
