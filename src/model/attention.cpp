@@ -252,27 +252,41 @@ void plan_flash_units(const AttentionArgs& a, std::vector<FlashUnit>& units) {
           u.t0 = t0;
           u.t1 = std::min(n_tok, t0 + tokens);
           u.k1 = a.pos[s.tokens[u.t1 - 1]] + 1;
+          u.decode = n_tok <= detail::kFlashDecodeTokens;
           units.push_back(u);
         }
   }
 }
 
-// Fewer units than twice the threads (decode): cut long key ranges into pieces whose results
-// (m, l, O) are merged after the loop, so every thread gets work.
+// Cut long key ranges into pieces whose results (m, l, O) are merged after the loop, so every
+// thread gets work: a decode unit's keys at fixed positions (every kFlashDecodeSplit keys, so a
+// row sees the same pieces in a one-token step and in a verify step); other units only when
+// there are fewer than twice the threads, in as many whole-block pieces as that needs.
 void split_keys(const AttentionArgs& a, int n_threads, AttentionScratch& s) {
   s.splits.clear();
   const int64_t n_units = static_cast<int64_t>(s.units.size());
-  if (n_threads <= 1 || n_units == 0 || n_units >= 2 * n_threads) return;
-  const int64_t want = (2 * n_threads + n_units - 1) / n_units;  // pieces per unit
+  if (n_threads <= 1 || n_units == 0) return;
+  const int64_t want = n_units < 2 * n_threads ? (2 * n_threads + n_units - 1) / n_units : 1;
+  // Decode units split when their (sequence, KV head, head group)s are fewer than twice the
+  // threads: counted without the token blocks, so a verify step decides as a one-token step.
+  int64_t decode_groups = 0;
+  for (const FlashUnit& u : s.units) decode_groups += u.decode && u.t0 == 0;
+  const bool split_decode = decode_groups < 2 * n_threads;
   int64_t partial = 0;
   for (int64_t i = 0; i < n_units; ++i) {
     const FlashUnit u = s.units[i];
     const int64_t n_keys = u.k1 - u.k0;
-    const int64_t pieces = std::min(want, n_keys / kMinSplitKeys);
-    if (pieces <= 1) continue;
-    // Whole key blocks per piece, so only the last piece has a partial block.
-    const int64_t per = (n_keys / pieces + detail::kFlashKeyBlock - 1) / detail::kFlashKeyBlock *
-                        detail::kFlashKeyBlock;
+    int64_t per = 0;
+    if (u.decode) {
+      if (!split_decode || u.k0 != 0 || n_keys <= detail::kFlashDecodeSplit) continue;
+      per = detail::kFlashDecodeSplit;
+    } else {
+      const int64_t pieces = std::min(want, n_keys / kMinSplitKeys);
+      if (pieces <= 1) continue;
+      // Whole key blocks per piece, so only the last piece has a partial block.
+      per = (n_keys / pieces + detail::kFlashKeyBlock - 1) / detail::kFlashKeyBlock *
+            detail::kFlashKeyBlock;
+    }
     AttentionScratch::Split split{u, 0};
     split.whole.partial = partial;
     for (int64_t k0 = u.k0; k0 < u.k1; k0 += per, ++split.n_ranges) {

@@ -294,17 +294,17 @@ inline void direct_scores(const float* Q, const uint8_t* const* krow, float* S, 
   }
 }
 
-// Whether rows [first, R) take direct_scores (no transposed key block).
-inline bool few_rows(int64_t first, int64_t R) { return R - first <= 3; }
-
+// Rows [first, R) against one key block read straight from the key rows, 3 rows at a time
+// (each row's sums are the same whichever rows share its pass).
 template <DType T>
 inline void block_scores_direct(const float* Q, const uint8_t* const* krow, float* S,
                                 int64_t first, int64_t R, int64_t hd) {
-  switch (R - first) {
-    case 3: direct_scores<T, 3>(Q, krow, S, first, hd); break;
-    case 2: direct_scores<T, 2>(Q, krow, S, first, hd); break;
-    case 1: direct_scores<T, 1>(Q, krow, S, first, hd); break;
-    default: break;
+  for (int64_t r = first; r < R; r += 3) {
+    switch (std::min<int64_t>(3, R - r)) {
+      case 3: direct_scores<T, 3>(Q, krow, S, r, hd); break;
+      case 2: direct_scores<T, 2>(Q, krow, S, r, hd); break;
+      default: direct_scores<T, 1>(Q, krow, S, r, hd); break;
+    }
   }
 }
 
@@ -412,6 +412,9 @@ void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* 
   const uint8_t* vbase = static_cast<const uint8_t*>(a.v) + u.kvh * a.kv_head_stride;
   const uint8_t* krow[KB];
   const uint8_t* vrow[KB];
+  // Direct scores for decode units of at most 3 heads per KV head (FlashUnit::decode; for them
+  // it also costs about half of transposing the block), transposed tiles otherwise.
+  const bool direct = u.decode && n_h <= 3;
   int64_t first = 0;  // rows [0, first) see no key from kb0 on
   for (int64_t kb0 = u.k0; kb0 < k_end; kb0 += KB) {
     const int64_t nb = k_end - kb0 < KB ? k_end - kb0 : KB;
@@ -421,7 +424,7 @@ void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* 
       krow[j] = slot >= 0 ? kbase + slot * a.kv_slot_stride : kZeroRow;
       vrow[j] = slot >= 0 ? vbase + slot * a.kv_slot_stride : kZeroRow;
     }
-    if (few_rows(first, R)) {
+    if (direct) {
       block_scores_direct<T>(w.Q, krow, w.S, first, R, hd);
     } else {
       for (int64_t j = 0; j < KB; j += 8)

@@ -15,6 +15,11 @@ constexpr int64_t kFlashKeyBlock = 64;
 // Rows (query tokens x heads of one KV group) per unit: their Q, O and S tiles stay in L1/L2.
 constexpr int64_t kFlashMaxRows = 48;
 constexpr int64_t kFlashMaxHeadDim = 256;
+// Decode units (FlashUnit::decode): sequences of at most this many query tokens in a step (one
+// token, or a token and its speculative draft) ...
+constexpr int64_t kFlashDecodeTokens = 16;
+// ... whose key ranges are split across threads at multiples of this many key positions.
+constexpr int64_t kFlashDecodeSplit = 512;
 
 // Floats of per-thread work memory flash_unit_avx2 needs for a unit of `rows` rows.
 inline int64_t flash_work_floats(int64_t rows, int64_t head_dim) {

@@ -550,6 +550,30 @@ TEST(Matmul, JobsEqualSeparateCallsBitForBit) {
   EXPECT_EQ(y[0], 7.0f);  // the good job did not run either
 }
 
+// Batch invariance of the AVX2 Q8_0 / Q4_0 GEMV (speculative verify steps, up to 9 rows): each
+// row of x gets bit for bit what it gets alone (m = 1), at every m up to the GEMM threshold,
+// for odd and even block counts and any thread count.
+TEST(MatmulInt8, Avx2GemvRowsEqualOneRowAloneBitForBit) {
+  if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
+  for (DType t : {DType::Q8_0, DType::Q4_0})
+    for (int64_t k : {int64_t{384}, int64_t{416}})  // 12 and 13 blocks
+      for (int64_t m = 2; m <= 9; ++m) {
+        const Problem p = make_problem(Shape{m, k, 38}, t, uint32_t(7 * m + k));
+        for (int threads : {1, 2}) {
+          const std::vector<float> all = run(p, CpuKernel::Avx2, threads);
+          for (int64_t i = 0; i < m; ++i) {
+            Problem one = p;
+            one.s.m = 1;
+            one.x.assign(p.x.begin() + i * k, p.x.begin() + (i + 1) * k);
+            const std::vector<float> alone = run(one, CpuKernel::Avx2, threads);
+            EXPECT_EQ(std::memcmp(alone.data(), all.data() + i * p.s.n, alone.size() * 4), 0)
+                << dtype_name(t) << " k=" << k << " m=" << m << " row " << i << " threads "
+                << threads;
+          }
+        }
+      }
+}
+
 // Q4_K, Q5_K and Q6_K rows interleaved 8 at a time (interleave.h): the layout round-trips, and
 // every kernel computes it with the scalar kernel's integer arithmetic on the file layout:
 // natively (the AVX2 GEMV/GEMM at every m; for Q4_K and Q6_K the AVX-512 VNNI GEMV below 16 rows

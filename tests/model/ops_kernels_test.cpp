@@ -2,6 +2,8 @@
 // of flash attention against a direct computation in double.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -290,6 +292,45 @@ TEST(FlashAttention, LongContextDecodeSplitsKeys) {
   check_flash({6, 2, 64, {2048}, {1}, 2});     // keys split across threads, merged
   check_flash({12, 4, 64, {1500}, {1}, 4});    // uneven pieces
   check_flash({4, 1, 64, {700, 900}, {1, 2}, 2});
+}
+
+// Batch invariance (FlashUnit::decode): the rows of a speculative verify step (a token and its
+// draft, up to 9 tokens) equal, bit for bit, what one-token decode steps at the same positions
+// compute, with the keys split across threads or not, direct scores (3 heads per KV head) or
+// transposed tiles (4 and 6), at context lengths on both sides of the split positions.
+TEST(FlashAttention, VerifyRowsEqualOneTokenDecodeStepsBitForBit) {
+  need_avx2();
+  for (DType kv : {DType::F16, DType::Q8_0, DType::F32})
+    for (const auto& [heads, kvh] : {std::pair{6, 2}, std::pair{12, 2}, std::pair{4, 1}})
+      for (int64_t last : {int64_t{300}, int64_t{515}, int64_t{1030}, int64_t{1600}})
+        for (int threads : {1, 2, 3}) {
+          const int64_t n_tok = 9;  // positions last - 8 .. last
+          const AttnCase c{heads, kvh, 64, {last + 1}, {n_tok}, threads, false, kv};
+          AttnData d;
+          make_case(c, d, uint32_t(last + heads));
+          const int64_t width = heads * 64;
+          std::vector<float> verify(static_cast<size_t>(n_tok * width), -7.0f);
+          ThreadPool pool(threads);
+          ops::AttentionScratch scratch;
+          d.args.out = verify.data();
+          ops::attention(pool, d.args, scratch, CpuKernel::Avx2);
+          for (int64_t t = 0; t < n_tok; ++t) {
+            std::vector<ops::AttentionSeq> one(1);
+            one[0].tokens = {static_cast<int32_t>(t)};
+            one[0].ctx = d.slots[0].data();
+            one[0].n_ctx = last - (n_tok - 1) + t + 1;
+            ops::AttentionArgs a = d.args;
+            a.seqs = &one;
+            std::vector<float> alone(static_cast<size_t>(n_tok * width), -7.0f);
+            a.out = alone.data();
+            ops::attention(pool, a, scratch, CpuKernel::Avx2);
+            EXPECT_EQ(std::memcmp(alone.data() + t * width, verify.data() + t * width,
+                                  static_cast<size_t>(width) * sizeof(float)),
+                      0)
+                << dtype_name(kv) << " heads " << heads << "/" << kvh << " position "
+                << one[0].n_ctx - 1 << " threads " << threads;
+          }
+        }
 }
 
 // f16 and q8_0 caches read in place: flash (AVX2 + F16C) and the reference (which widens the

@@ -21,7 +21,8 @@
 // maddubs + madd scaled by d_w * d_x. One row of x (single-sequence decode): weight rows one
 // after another, so each thread reads one sequential stream (with it and huge-page weights,
 // efim-base-py Q8_0 decode went from 1.11-1.36x to 1.64-1.89x llama.cpp in same-run comparisons on
-// a 2-core Zen VM). 2-7 rows of x: 4 weight rows at a time sharing each loaded x block.
+// a 2-core Zen VM). 2-9 rows of x: 4 weight rows at a time sharing each loaded x block, each
+// row of x summed in dot_row's order (batch-invariant: a row's result does not depend on m).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -43,7 +44,9 @@ namespace {
 
 constexpr int kNR = 8;  // weight rows per interleaved panel
 constexpr int kMR = 4;  // x rows per micro-tile
-constexpr int64_t kGemmMinRows = 8;
+// 10: a speculative verify step (a token and a draft of up to 8) stays on the batch-invariant
+// GEMV.
+constexpr int64_t kGemmMinRows = 10;
 constexpr int kPanelBlockBytes = kNR * kQBlock;  // 256 bytes per block of a panel
 
 inline __m256i bcast4(const int8_t* p) {
@@ -207,16 +210,20 @@ inline __m256i block_idot(__m256i wq, __m256i xv, int32_t x_sum) {
   }
 }
 
-// out[i][r] = x row i . weight row r for MX (1 or 2) x rows and 4 weight rows.
-template <DType T, int MX>
-void gemv_4rows(const QuantizedRows& a, int64_t i0, const uint8_t* const rows[4], int64_t prefetch,
-                float out[MX][4]) {
-  __m256 acc[4][MX];  // all loops over r and i unrolled: acc stays in registers
+// out[i][r0 + r] = x row i . weight row r0 + r for MX x rows and NW weight rows, MX * NW = 4,
+// in dot_row's order: even blocks into one accumulator, odd blocks into another (the last
+// block of an odd count into the even one), their sum, then one horizontal sum. Every row of x
+// so gets the value it gets alone: a verify step's rows equal those of one-token decode steps.
+template <DType T, int MX, int NW>
+void gemv_rows(const QuantizedRows& a, int64_t i0, const uint8_t* const rows[4], int r0,
+               int64_t prefetch, float out[2][4]) {
+  __m256 acc[NW][MX][2];  // all loops unrolled: 8 accumulators stay in registers
 #pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < NW; ++r)
 #pragma GCC unroll 2
-    for (int i = 0; i < MX; ++i) acc[r][i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < a.nb; ++b) {
+    for (int i = 0; i < MX; ++i) acc[r][i][0] = acc[r][i][1] = _mm256_setzero_ps();
+  constexpr int64_t kBlockBytes = T == DType::Q4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  auto step = [&](int64_t b, int parity) {
     __m256i xv[MX];
     float dx[MX];
     int32_t xsum[MX];
@@ -229,23 +236,45 @@ void gemv_4rows(const QuantizedRows& a, int64_t i0, const uint8_t* const rows[4]
       xsum[i] = a.sum[ib];
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      // Short rows defeat the hardware prefetcher: fetch the rows `prefetch` bytes ahead.
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + prefetch +
-                       b * int64_t{T == DType::Q4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0)},
-                   _MM_HINT_T0);
+    for (int r = 0; r < NW; ++r) {
       float dw;
-      const __m256i wq = load_weight_block<T>(rows[r], b, dw);
+      const __m256i wq = load_weight_block<T>(rows[r0 + r], b, dw);
 #pragma GCC unroll 2
       for (int i = 0; i < MX; ++i)
-        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_idot<T>(wq, xv[i], xsum[i])),
-                                    _mm256_set1_ps(dw * dx[i]), acc[r][i]);
+        acc[r][i][parity] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_idot<T>(wq, xv[i], xsum[i])),
+                            _mm256_set1_ps(dw * dx[i]), acc[r][i][parity]);
     }
-  }
+  };
+  int64_t b = 0;
+  for (; b + 2 <= a.nb; b += 2) {
+    // Short rows defeat the hardware prefetcher: fetch the rows `prefetch` bytes ahead.
 #pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < NW; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r0 + r]) + prefetch + b * kBlockBytes,
+                   _MM_HINT_T0);
+    step(b, 0);
+    step(b + 1, 1);
+  }
+  if (b < a.nb) step(b, 0);
+#pragma GCC unroll 4
+  for (int r = 0; r < NW; ++r)
 #pragma GCC unroll 2
-    for (int i = 0; i < MX; ++i) out[i][r] = hsum(acc[r][i]);
+    for (int i = 0; i < MX; ++i)
+      out[i][r0 + r] = hsum(_mm256_add_ps(acc[r][i][0], acc[r][i][1]));
+}
+
+// out[i][r] = x row i . weight row r for MX (1 or 2) x rows and 4 weight rows (two passes of
+// two weight rows for two x rows: the accumulators of both parities fit the 16 registers).
+template <DType T, int MX>
+void gemv_4rows(const QuantizedRows& a, int64_t i0, const uint8_t* const rows[4], int64_t prefetch,
+                float out[2][4]) {
+  if constexpr (MX == 1) {
+    gemv_rows<T, 1, 4>(a, i0, rows, 0, prefetch, out);
+  } else {
+    gemv_rows<T, 2, 2>(a, i0, rows, 0, prefetch, out);
+    gemv_rows<T, 2, 2>(a, i0, rows, 2, prefetch, out);
+  }
 }
 
 // acc + (weight block b of `row` . block b of x row 0) * d_w * d_x, in 8 f32 lanes.
@@ -284,7 +313,7 @@ struct GemvGroup {
   }
   template <DType T, int MX>
   static void rows4(const QuantizedRows& a, int64_t i0, const uint8_t* const rows[4],
-                    int64_t prefetch, float out[MX][4]) {
+                    int64_t prefetch, float out[2][4]) {
     gemv_4rows<T, MX>(a, i0, rows, prefetch, out);
   }
 };
