@@ -49,7 +49,8 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
+
+from efim_server import http_get, start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = ["argparse.py", "difflib.py", "statistics.py", "calendar.py", "fractions.py",
@@ -83,16 +84,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def http_get(url, timeout=5):
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, ""
-    except OSError:
-        return 0, ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,16 +139,8 @@ class User:
 # Processes: replicas and the balancer.
 
 def start_replica():
-    p = subprocess.Popen([args.efim, "serve", args.model, "--port", "0", "--threads",
-                          str(args.threads), "--kv-cache-mb", str(args.kv_cache_mb)],
-                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    line = p.stderr.readline()
-    while "serving" not in line:
-        line = p.stderr.readline()
-        if not line:
-            sys.exit("a replica did not start")
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-    return p, int(re.search(r"http://[^:]+:(\d+)", line).group(1))
+    return start(args.efim, args.model, ["--threads", str(args.threads), "--kv-cache-mb",
+                                         str(args.kv_cache_mb)], "a replica")
 
 
 BALANCE = {

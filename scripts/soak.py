@@ -22,12 +22,13 @@ import os
 import random
 import re
 import socket
-import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+
+from efim_server import start
 
 ap = argparse.ArgumentParser()
 ap.add_argument("efim")
@@ -37,16 +38,7 @@ ap.add_argument("--workers", type=int, default=24)
 ap.add_argument("--kv-cache-mb", type=int, default=64)
 args = ap.parse_args()
 
-srv = subprocess.Popen([args.efim, "serve", args.model, "--port", "0", "--threads", "2",
-                        "--kv-cache-mb", str(args.kv_cache_mb)],
-                       stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-line = srv.stderr.readline()
-while "serving" not in line:
-    line = srv.stderr.readline()
-    if not line:
-        sys.exit("the server did not start")
-port = int(re.search(r"http://[^:]+:(\d+)", line).group(1))
-threading.Thread(target=lambda: [None for _ in srv.stderr], daemon=True).start()  # drain the log
+srv, port = start(args.efim, args.model, ["--threads", "2", "--kv-cache-mb", str(args.kv_cache_mb)])
 BASE = f"http://127.0.0.1:{port}"
 TIMEOUT = 60
 

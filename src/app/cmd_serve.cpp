@@ -182,8 +182,7 @@ void run_serve(ServeArgs& a) {
   eo.kv.prefix_cache = !a.no_prefix_cache;
   eo.tokenizer = &m.tokenizer;
   eo.speculative = speculative;
-  eo.speculative.remember = a.draft_memory > 0;
-  if (a.draft_memory > 0) eo.speculative.memory.docs_per_place = size_t(a.draft_memory);
+  eo.speculative.memory.docs_per_place = size_t(a.draft_memory);
   Engine engine(*m.model, eo);
   const int32_t n_ctx = served_context(a, m.model->config(), engine.kv_slots());
   EFIM_CHECK(a.max_tokens_in_flight >= -1,

@@ -440,8 +440,7 @@ void Engine::finish(SeqId id, FinishReason reason, std::string error) {
   remove_probes(id);
   // What it generated (also when cancelled: an editor cancels as the user types on) drafts the
   // next requests at the same place.
-  if (opt_.speculative.enabled && opt_.speculative.remember && l.request.draft_place != 0 &&
-      reason != FinishReason::error) {
+  if (opt_.speculative.enabled && l.request.draft_place != 0 && reason != FinishReason::error) {
     const auto& p = l.request.prompt;
     const size_t from = std::min(l.request.draft_typed_from, p.size());
     draft_memory_.remember(l.request.draft_place,

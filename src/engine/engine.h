@@ -39,8 +39,7 @@ namespace efim {
 struct SpeculativeOptions {
   bool enabled = false;
   NgramDraftOptions ngram;
-  bool remember = true;       // draft from the previous completions per Request.draft_place
-  DraftMemoryOptions memory;
+  DraftMemoryOptions memory;  // the previous completions per Request.draft_place (0 docs: none)
   int32_t min_draft = 1, max_draft = 8, start_draft = 4;  // DraftLength's adaptive range
 };
 

@@ -278,7 +278,7 @@ void split_keys(const AttentionArgs& a, int n_threads, AttentionScratch& s) {
     const int64_t n_keys = u.k1 - u.k0;
     int64_t per = 0;
     if (u.decode) {
-      if (!split_decode || u.k0 != 0 || n_keys <= detail::kFlashDecodeSplit) continue;
+      if (!split_decode || n_keys <= detail::kFlashDecodeSplit) continue;  // from k0 = 0
       per = detail::kFlashDecodeSplit;
     } else {
       const int64_t pieces = std::min(want, n_keys / kMinSplitKeys);

@@ -90,10 +90,8 @@ void DraftLength::update(int32_t proposed, int32_t accepted) {
 }
 
 DraftMemory::DraftMemory(const DraftMemoryOptions& options) : opt_(options) {
-  EFIM_CHECK(opt_.max_places > 0 && opt_.docs_per_place > 0 && opt_.max_doc_tokens > 0,
-             "DraftMemory: max_places ", opt_.max_places, ", docs_per_place ",
-             opt_.docs_per_place, " and max_doc_tokens ", opt_.max_doc_tokens,
-             " must be positive");
+  EFIM_CHECK(opt_.max_places > 0 && opt_.max_doc_tokens > 0, "DraftMemory: max_places ",
+             opt_.max_places, " and max_doc_tokens ", opt_.max_doc_tokens, " must be positive");
 }
 
 void DraftMemory::touch(Place& p, uint64_t place) {
@@ -104,7 +102,7 @@ void DraftMemory::touch(Place& p, uint64_t place) {
 
 void DraftMemory::remember(uint64_t place, std::span<const int32_t> typed,
                            std::span<const int32_t> generated) {
-  if (place == 0 || generated.empty()) return;
+  if (place == 0 || generated.empty() || opt_.docs_per_place == 0) return;
   // doc = typed[-keep:] ++ generated, cut to max_doc_tokens (the completion's start is kept).
   const size_t n_gen = std::min(generated.size(), opt_.max_doc_tokens);
   const size_t n_typed = std::min({typed.size(), opt_.keep_typed, opt_.max_doc_tokens - n_gen});

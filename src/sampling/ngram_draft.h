@@ -81,7 +81,7 @@ class DraftLength {
 // bookkeeping, owned by one thread.
 struct DraftMemoryOptions {
   size_t max_places = 256;
-  size_t docs_per_place = 4;
+  size_t docs_per_place = 4;  // 0: nothing is remembered
   size_t keep_typed = 32;    // tokens of the typed text kept before each completion
   size_t max_doc_tokens = 512;
 };
@@ -91,7 +91,7 @@ class DraftMemory {
   explicit DraftMemory(const DraftMemoryOptions& options = {});
 
   // Records `typed` (its last keep_typed tokens) ++ `generated` (at most max_doc_tokens in
-  // all) under `place`; nothing when generated is empty or place is 0.
+  // all) under `place`; nothing when generated is empty, place is 0 or docs_per_place is 0.
   void remember(uint64_t place, std::span<const int32_t> typed,
                 std::span<const int32_t> generated);
   // The documents of `place`, oldest first (the newest wins a lookup: NgramIndex prefers later

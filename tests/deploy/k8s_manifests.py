@@ -23,13 +23,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import yaml
 
 EFIM, MODEL = sys.argv[1], sys.argv[2]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import efim_server  # noqa: E402
 failures = []
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
@@ -190,29 +190,18 @@ def main():
 
 
 def get(port, path):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return efim_server.http_get(f"http://127.0.0.1:{port}{path}", timeout=10)
 
 
 def live_check(args, metrics, ready_path, live_path, grace):
-    run = list(args[1:])
-    run[0] = MODEL  # the image's model path -> the bundled model here
-    run[run.index("--host") + 1] = "127.0.0.1"
-    run[run.index("--port") + 1] = "0"
-    run[run.index("--threads") + 1] = "1"
-    run[run.index("--kv-cache-mb") + 1] = "64"
-    p = subprocess.Popen([EFIM, "serve"] + run, stderr=subprocess.PIPE, text=True)
+    flags = list(args[2:])  # after `serve` and the image's model path (the bundled one here)
+    flags[flags.index("--host") + 1] = "127.0.0.1"
+    at = flags.index("--port")
+    del flags[at:at + 2]  # efim_server.start passes --port 0
+    flags[flags.index("--threads") + 1] = "1"
+    flags[flags.index("--kv-cache-mb") + 1] = "64"
+    p, port = efim_server.start(EFIM, MODEL, flags, "efim serve with the manifest's args")
     try:
-        line = p.stderr.readline()
-        while "serving" not in line:
-            line = p.stderr.readline()
-            if not line:
-                check(False, "efim serve starts with the manifest's args")
-                return
-        port = int(re.search(r"http://[^:]+:(\d+)", line).group(1))
         check(get(port, ready_path)[0] == 200, f"readiness path {ready_path}: 200")
         check(get(port, live_path)[0] == 200, f"liveness path {live_path}: 200")
         status, text = get(port, "/metrics")

@@ -15,7 +15,6 @@ Checks, each user opening a new connection per request (as llama.vim's curl does
   4. the recipe's health check: HAProxy marks the drained replica down (stats socket).
 """
 import http.client
-import importlib.util
 import json
 import os
 import signal
@@ -27,9 +26,9 @@ import time
 
 EFIM, MODEL = sys.argv[1], sys.argv[2]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-spec = importlib.util.spec_from_file_location("scaleout", os.path.join(ROOT, "scripts/scaleout.py"))
-scaleout = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(scaleout)  # its helpers only: no arguments parsed, nothing run
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import efim_server  # noqa: E402
+import scaleout  # noqa: E402  (its helpers only: imported, it parses no arguments and runs nothing)
 
 failures = []
 
@@ -41,15 +40,8 @@ def check(cond, message):
 
 
 def start_replica():
-    p = subprocess.Popen([EFIM, "serve", MODEL, "--port", "0", "--threads", "1",
-                          "--kv-cache-mb", "32", "--drain-grace", "3"],
-                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    line = p.stderr.readline()
-    while "serving" not in line:
-        line = p.stderr.readline()
-        if not line:
-            sys.exit("a replica did not start")
-    return p, int(line.rsplit(":", 1)[1].split()[0])
+    return efim_server.start(EFIM, MODEL, ["--threads", "1", "--kv-cache-mb", "32",
+                                           "--drain-grace", "3"], "a replica")
 
 
 def infill(lb_port, prefix, headers=None, addr=None, stats_sock=None, prompt="    retur",
@@ -124,7 +116,7 @@ def main():
                           stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 10
-        while scaleout.http_get(f"http://127.0.0.1:{lb_port}/health")[0] != 200:
+        while efim_server.http_get(f"http://127.0.0.1:{lb_port}/health")[0] != 200:
             check(time.time() < deadline and lb.poll() is None, "HAProxy serves /health")
             if failures:
                 return

@@ -138,6 +138,9 @@ TEST(DraftMemory, EvictsTheLeastRecentlyUsedPlace) {
   EXPECT_EQ(m.recall(3), (std::vector<Toks>{{3}}));
   EXPECT_EQ(m.recall(4), (std::vector<Toks>{{4}}));
   EXPECT_THROW(DraftMemory({.max_places = 0}), Error);
+  DraftMemory off({.docs_per_place = 0});  // efim serve --draft-memory 0
+  off.remember(1, Toks{1}, Toks{2});
+  EXPECT_TRUE(off.recall(1).empty());
 }
 
 }  // namespace
