@@ -84,6 +84,9 @@ KINDS = {
 }
 
 
+# starcoder2 with a window shorter than the test prompts: the sliding-window attention of the
+# real checkpoints (4096) at a size the tests reach (same weights as "starcoder2").
+KINDS["starcoder2_swa"] = dict(KINDS["starcoder2"], sliding_window=8)
 # qwen3's attention with a mixture of experts in every layer, untied.
 KINDS["qwen3_moe"] = dict(KINDS["qwen3"], architectures=["Qwen3MoeForCausalLM"],
                           model_type="qwen3_moe", tie_word_embeddings=False,

@@ -6,7 +6,7 @@ Qwen3-MoE: router softmax, top-k experts, renormalised when norm_topk_prob).
 Written from the maths of Hugging Face's modeling_llama / modeling_qwen2 / modeling_qwen3 /
 modeling_starcoder2 (rotate-half RoPE, grouped-query attention, SwiGLU MLP, RMSNorm; Qwen3's
 per-head RMSNorm of q and k before RoPE; StarCoder2's LayerNorm with bias, tanh-GELU MLP c_fc /
-c_proj and biases on every linear layer; sequences shorter than its sliding window), independent
+c_proj and biases on every linear layer; its sliding window), independent
 of efim's C++ code: it is the oracle the C++ forward pass is tested against.
 
 Usage: ref_forward.py MODEL_DIR --tokens 1,2,3 [--precision float64|float32] --out logits.bin
@@ -157,6 +157,9 @@ def forward(cfg, w, tokens, dt):
     cos = np.cos(np.concatenate([ang, ang], axis=-1)).astype(dt)  # [n, hd]
     sin = np.sin(np.concatenate([ang, ang], axis=-1)).astype(dt)
     mask = np.triu(np.full((n, n), -np.inf, dtype=dt), k=1)  # causal
+    window = cfg.get("sliding_window") if starcoder2 else None
+    if window:  # query i sees keys i - window + 1 .. i (transformers' sliding-window mask)
+        mask += np.tril(np.full((n, n), -np.inf, dtype=dt), k=-window)
 
     def norm(x, prefix):
         if starcoder2:

@@ -114,6 +114,7 @@ class GgufFile : public TensorSource {
 class GgufWriter {
  public:
   void set(const std::string& key, GgufValue value);
+  bool remove(const std::string& key);  // false: there was no such key
   // Convenience setters.
   void set_u32(const std::string& key, uint32_t v);
   void set_i32(const std::string& key, int32_t v);

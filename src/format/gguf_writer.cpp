@@ -131,6 +131,10 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
   kv_.emplace_back(key, std::move(value));
 }
 
+bool GgufWriter::remove(const std::string& key) {
+  return std::erase_if(kv_, [&](const auto& kv) { return kv.first == key; }) > 0;
+}
+
 void GgufWriter::set_u32(const std::string& key, uint32_t v) { set(key, gguf_uint(GgufType::U32, v)); }
 void GgufWriter::set_i32(const std::string& key, int32_t v) { set(key, gguf_int(GgufType::I32, v)); }
 void GgufWriter::set_f32(const std::string& key, float v) { set(key, gguf_float(GgufType::F32, v)); }

@@ -107,21 +107,21 @@ struct UnitRows {
   }
 }
 
-// Softmax of each row over its causal range [0, last].
+// Softmax of each row over its visible range [lo, last] (the only keys its values read).
 [[gnu::always_inline]] inline void unit_softmax(const UnitRows& u,
                                                 const AttentionScratch::Thread& w) {
   for (int64_t r = 0; r < u.rows; ++r) {
     float* s = u.S + r * u.n_keys;
-    const int64_t n = w.last[r] + 1;
+    const int64_t lo = w.lo[r], n = w.last[r] + 1;
     float m = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+    for (int64_t j = lo; j < n; ++j) m = std::max(m, s[j]);
     float sum = 0;
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = lo; j < n; ++j) {
       s[j] = std::exp(s[j] - m);
       sum += s[j];
     }
     const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+    for (int64_t j = lo; j < n; ++j) s[j] *= inv;
   }
 }
 
@@ -134,11 +134,11 @@ struct UnitRows {
   const float* v0 = u.v + u.kvh * u.hd;
   for (int64_t r = 0; r < u.rows; ++r) {
     const float* p = u.S + r * u.n_keys;
-    const int64_t n = w.last[r] + 1;
+    const int64_t lo = w.lo[r], n = w.last[r] + 1;
     int64_t c = 0;
     for (; c + 32 <= u.hd; c += 32) {
       v8f acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
-      for (int64_t j = 0; j < n; ++j) {
+      for (int64_t j = lo; j < n; ++j) {
         const float* vj = v0 + static_cast<int64_t>(u.ctx[j]) * u.kv_stride + c;
         v8f x0, x1, x2, x3;
         std::memcpy(&x0, vj, 32);
@@ -158,7 +158,7 @@ struct UnitRows {
     }
     if (c < u.hd) {  // head sizes that are not a multiple of 32
       std::fill(w.out[r] + c, w.out[r] + u.hd, 0.0f);
-      for (int64_t j = 0; j < n; ++j)
+      for (int64_t j = lo; j < n; ++j)
         axpy(p[j], v0 + static_cast<int64_t>(u.ctx[j]) * u.kv_stride + c, w.out[r] + c, u.hd - c);
     }
   }
@@ -198,11 +198,13 @@ void run_unit_ref(const AttentionArgs& a, const Unit& u,
   w.q.resize(static_cast<size_t>(rows));
   w.out.resize(w.q.size());
   w.last.resize(w.q.size());
+  w.lo.resize(w.q.size());
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = u.seq->tokens[u.t0 + r / n_h], h = u.h0 + r % n_h;
     w.q[r] = a.q + t * q_stride + h * hd;
     w.out[r] = a.out + t * out_stride + h * hd;
     w.last[r] = a.pos[t];  // last key this row may see (causal mask)
+    w.lo[r] = detail::first_visible(a.window, a.pos[t]);
   }
   const int64_t n_keys = w.last[rows - 1] + 1;
   w.scores.resize(static_cast<size_t>(rows * n_keys));
@@ -251,6 +253,10 @@ void plan_flash_units(const AttentionArgs& a, std::vector<FlashUnit>& units) {
           u.h1 = std::min(h0 + heads, (kvh + 1) * group);
           u.t0 = t0;
           u.t1 = std::min(n_tok, t0 + tokens);
+          // From the key block holding the first token's first visible key (0 without a
+          // window) to the last token's position.
+          const int64_t lo = detail::first_visible(a.window, a.pos[s.tokens[u.t0]]);
+          u.k0 = lo / detail::kFlashKeyBlock * detail::kFlashKeyBlock;
           u.k1 = a.pos[s.tokens[u.t1 - 1]] + 1;
           u.decode = n_tok <= detail::kFlashDecodeTokens;
           units.push_back(u);
@@ -259,9 +265,10 @@ void plan_flash_units(const AttentionArgs& a, std::vector<FlashUnit>& units) {
 }
 
 // Cut long key ranges into pieces whose results (m, l, O) are merged after the loop, so every
-// thread gets work: a decode unit's keys at fixed positions (every kFlashDecodeSplit keys, so a
-// row sees the same pieces in a one-token step and in a verify step); other units only when
-// there are fewer than twice the threads, in as many whole-block pieces as that needs.
+// thread gets work: a decode unit's keys at fixed positions (at the multiples of
+// kFlashDecodeSplit, so a row sees the same pieces in a one-token step and in a verify step,
+// and pieces before its window add exactly nothing); other units only when there are fewer
+// than twice the threads, in as many whole-block pieces as that needs.
 void split_keys(const AttentionArgs& a, int n_threads, AttentionScratch& s) {
   s.splits.clear();
   const int64_t n_units = static_cast<int64_t>(s.units.size());
@@ -277,9 +284,9 @@ void split_keys(const AttentionArgs& a, int n_threads, AttentionScratch& s) {
     const FlashUnit u = s.units[i];
     const int64_t n_keys = u.k1 - u.k0;
     int64_t per = 0;
+    const int64_t cell = detail::kFlashDecodeSplit;
     if (u.decode) {
-      if (!split_decode || n_keys <= detail::kFlashDecodeSplit) continue;  // from k0 = 0
-      per = detail::kFlashDecodeSplit;
+      if (!split_decode || u.k0 / cell == (u.k1 - 1) / cell) continue;  // inside one cell
     } else {
       const int64_t pieces = std::min(want, n_keys / kMinSplitKeys);
       if (pieces <= 1) continue;
@@ -289,10 +296,12 @@ void split_keys(const AttentionArgs& a, int n_threads, AttentionScratch& s) {
     }
     AttentionScratch::Split split{u, 0};
     split.whole.partial = partial;
-    for (int64_t k0 = u.k0; k0 < u.k1; k0 += per, ++split.n_ranges) {
+    // Decode pieces end at the multiples of `cell`; the others are `per` keys from k0.
+    auto next = [&](int64_t k0) { return u.decode ? (k0 / cell + 1) * cell : k0 + per; };
+    for (int64_t k0 = u.k0; k0 < u.k1; k0 = next(k0), ++split.n_ranges) {
       FlashUnit piece = u;
       piece.k0 = k0;
-      piece.k1 = std::min(u.k1, k0 + per);
+      piece.k1 = std::min(u.k1, next(k0));
       piece.partial = partial;
       partial += u.rows() * (2 + a.head_dim);
       if (k0 == u.k0) s.units[i] = piece;

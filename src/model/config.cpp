@@ -19,19 +19,19 @@ using enum MlpKind;
 constexpr ArchTraits kArchs[] = {
     // arch, GGUF name, HF name, qkv bias always, qk_norm, sliding flag, GGUF RoPE, norm, mlp,
     // bias key, its default, covers the MLP, embedding scale, HF norm weight offset,
-    // tied by default, window caps the context, mixture of experts
+    // tied by default, sliding window (GGUF default), mixture of experts
     {ModelArch::Llama, "llama", "llama", false, false, false, Interleaved, Rms, SwiGlu,
-     "attention_bias", false, false, false, 0.0f, false, false, false},
+     "attention_bias", false, false, false, 0.0f, false, 0, false},
     {ModelArch::Qwen2, "qwen2", "qwen2", true, false, true, RotateHalf, Rms, SwiGlu, "", false,
-     false, false, 0.0f, false, false, false},
+     false, false, 0.0f, false, 0, false},
     {ModelArch::Qwen3, "qwen3", "qwen3", false, true, true, RotateHalf, Rms, SwiGlu,
-     "attention_bias", false, false, false, 0.0f, false, false, false},
+     "attention_bias", false, false, false, 0.0f, false, 0, false},
     {ModelArch::StarCoder2, "starcoder2", "starcoder2", false, false, false, RotateHalf, Layer, Gelu,
-     "use_bias", true, true, false, 0.0f, false, true, false},
+     "use_bias", true, true, false, 0.0f, false, 4096, false},
     {ModelArch::Gemma, "gemma", "gemma", false, false, false, RotateHalf, Rms, GeGlu,
-     "attention_bias", false, false, true, 1.0f, true, false, false},
+     "attention_bias", false, false, true, 1.0f, true, 0, false},
     {ModelArch::Qwen3Moe, "qwen3moe", "qwen3_moe", false, true, true, RotateHalf, Rms, SwiGlu,
-     "attention_bias", false, false, false, 0.0f, false, false, true},
+     "attention_bias", false, false, false, 0.0f, false, 0, true},
 };
 }  // namespace
 
@@ -68,6 +68,8 @@ void ModelConfig::validate() const {
   positive("head_dim", head_dim);
   positive("intermediate", intermediate);
   positive("max_position", max_position);
+  EFIM_CHECK(sliding_window >= 0, "model config: sliding_window must be >= 0, got ",
+             sliding_window);
   EFIM_CHECK(n_heads % n_kv_heads == 0, "model config: n_kv_heads ", n_kv_heads,
              " does not divide n_heads ", n_heads);
   EFIM_CHECK(head_dim % 2 == 0, "model config: head_dim must be even for RoPE, got ", head_dim);
@@ -146,7 +148,9 @@ std::string ModelConfig::summary() const {
              tied_embeddings ? ", tied embeddings" : "", qkv_bias ? ", qkv bias" : "",
              qk_norm ? ", q/k norm" : "", norm == NormKind::Layer ? ", layer norm" : "",
              mlp == MlpKind::Gelu ? ", gelu mlp" : "", mlp == MlpKind::GeGlu ? ", geglu mlp" : "",
-             mlp_bias ? ", mlp bias" : "", embed_scale ? ", embeddings x sqrt(hidden)" : "",
+             mlp_bias ? ", mlp bias" : "",
+             sliding_window > 0 ? str(", sliding window ", sliding_window) : std::string(),
+             embed_scale ? ", embeddings x sqrt(hidden)" : "",
              moe() ? str(", ", n_experts_used, " of ", n_experts, " experts of width ",
                          expert_intermediate, expert_weights_norm ? " (renormalised)" : "")
                    : std::string(),
@@ -276,10 +280,8 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& labe
   c.rms_eps = c.norm == NormKind::Layer ? r.number_or("norm_epsilon", 1e-5)
                                          : r.number_or("rms_norm_eps", 1e-6);
   c.max_position = r.integer_or("max_position_embeddings", 2048);
-  if (arch->window_caps_context) {
-    const nlohmann::json* sw = r.get("sliding_window");
-    if (sw && sw->is_number_integer() && sw->get<int64_t>() > 0)
-      c.max_position = std::min(c.max_position, sw->get<int64_t>());
+  if (arch->window_default > 0) {  // null or absent: full attention (Starcoder2Config's default)
+    if (r.get("sliding_window")) c.sliding_window = r.integer("sliding_window");
   }
   c.tied_embeddings = r.boolean_or("tie_word_embeddings", arch->tied_default);
   c.rope_pairing = RopePairing::RotateHalf;  // HF checkpoints: rotate-half
@@ -395,6 +397,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.rms_eps = c.norm == NormKind::Layer ? r.number_or("attention.layer_norm_epsilon", 1e-5)
                                         : r.number_or("attention.layer_norm_rms_epsilon", 1e-5);
   c.max_position = r.integer_or("context_length", 2048);
+  if (arch->window_default > 0)
+    c.sliding_window = r.integer_or("attention.sliding_window", arch->window_default);
   if (const GgufValue* v = r.get("vocab_size")) {
     c.vocab = v->as_i64();
   } else if (const GgufValue* toks = f.get("tokenizer.ggml.tokens")) {
@@ -449,6 +453,9 @@ void write_gguf_metadata(const ModelConfig& c, GgufWriter& w) {
   w.set_f32(a + (c.norm == NormKind::Layer ? ".attention.layer_norm_epsilon"
                                             : ".attention.layer_norm_rms_epsilon"),
             static_cast<float>(c.rms_eps));
+  // Also when 0 (full attention), so a windowed architecture's default does not apply.
+  if (arch_traits(c.arch).window_default > 0)
+    w.set_u32(a + ".attention.sliding_window", u32(c.sliding_window));
   w.set_u32(a + ".rope.dimension_count", u32(c.head_dim));
   w.set_f32(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
   if (c.rope_scaling.type == RopeScalingType::Linear) {

@@ -55,6 +55,9 @@ struct ModelConfig {
   // which is how llama3 scaling is stored in GGUF). When non-empty they replace rope_scaling.
   std::vector<float> rope_freq_factors;
   int64_t max_position = 2048;
+  // Sliding-window attention: a query at position p sees keys p - sliding_window + 1 .. p
+  // (starcoder2's 4096); 0: all of 0 .. p.
+  int64_t sliding_window = 0;
   bool tied_embeddings = false;
   bool qkv_bias = false;   // q/k/v projections have biases (qwen2; llama with attention_bias)
   bool o_bias = false;     // output projection has a bias (llama with attention_bias)
@@ -115,9 +118,10 @@ struct ArchTraits {
   bool embed_scale;            // embeddings times sqrt(hidden)
   float hf_norm_weight_offset;  // added to HF RMSNorm weights (gemma: 1)
   bool tied_default;           // config.json's tie_word_embeddings when absent (gemma: true)
-  // Attention is windowed to config.json's sliding_window (starcoder2); efim's is full, so the
-  // context stops at the window, where both agree.
-  bool window_caps_context;
+  // Sliding-window attention (starcoder2): > 0 reads config.json's sliding_window and GGUF's
+  // {arch}.attention.sliding_window, and is the window of a GGUF without that key (llama.cpp's
+  // converter drops it: 4096, every StarCoder2 release's); 0: full attention.
+  int64_t window_default;
   bool moe;  // the MLP is a mixture of experts (ModelConfig::n_experts)
 };
 

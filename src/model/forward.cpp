@@ -155,6 +155,7 @@ void Model::attention_block(int64_t layer, const Batch& b, KvCache& kv) {
   a.n_kv_heads = c.n_kv_heads;
   a.head_dim = hd;
   a.seqs = &s_.seqs;
+  a.window = c.sliding_window;
   ops::attention(*pool_, a, s_.attention);
   matmul(s_.att.data(), n, w.wo, s_.proj.data());  // [n, hidden]
   if (c.o_bias) ops::add_bias(s_.proj.data(), w.bo.data(), n, c.hidden);

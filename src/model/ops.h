@@ -84,8 +84,9 @@ void rope_rows(const RopeRows& r, const RopeTable& table, CpuKernel k);
 // runs on pool threads and does not check again) for the tokens of one step, grouped by sequence.
 //
 // Query token t (row t of q) belongs to sequence seq and sits at position pos[t]; it attends to
-// the keys/values stored at slots ctx[0..pos[t]] of its sequence (ctx = that sequence's slot
-// list, indexed by position). K/V rows of every one of those slots must already be written.
+// the keys/values stored at slots ctx[lo..pos[t]] of its sequence (ctx = that sequence's slot
+// list, indexed by position), lo = 0, or with a sliding window W, lo = max(0, pos[t] - W + 1)
+// (the W most recent positions, itself included). K/V rows of those slots must be written.
 struct AttentionSeq {
   const int32_t* ctx = nullptr;  // [n_ctx] slot of each position
   int64_t n_ctx = 0;
@@ -106,12 +107,15 @@ struct AttentionArgs {
   int64_t q_stride = 0, out_stride = 0;  // floats between rows; 0: n_heads * head_dim
   DType kv_type = DType::F32;
   int64_t kv_slot_stride = 0, kv_head_stride = 0;
+  int64_t window = 0;  // sliding window W in positions (starcoder2); 0: every earlier position
 };
 
 // One unit of flash attention work: query heads [h0, h1) (all reading KV head kvh) for the
-// query tokens seq->tokens[t0, t1), over key positions [k0, k1).
+// query tokens seq->tokens[t0, t1), over key positions [k0, k1) (k0 a multiple of the key
+// block, so every unit of a sequence reads its keys in the same blocks).
 // Rows of a unit: row r is token t0 + r / (h1 - h0), head h0 + r % (h1 - h0); positions ascend
-// with r, so the rows that see no key of a block form a prefix.
+// with r, so the rows that see no key of a block form a prefix and, with a sliding window,
+// the rows whose window starts after the block a suffix.
 struct FlashUnit {
   const AttentionSeq* seq = nullptr;
   int64_t kvh = 0, h0 = 0, h1 = 0, t0 = 0, t1 = 0, k0 = 0, k1 = 0;
@@ -136,6 +140,7 @@ struct AttentionScratch {
     std::vector<const float*> q;  // [rows] query row pointers
     std::vector<float*> out;      // [rows] output row pointers
     std::vector<int64_t> last;    // [rows] position of each row's query
+    std::vector<int64_t> lo;      // [rows] first position each row sees (sliding window)
     // Reference over an f16 / q8_0 cache: the unit's K and V rows as f32 [keys, head_dim],
     // read through ctx = 0, 1, 2, ...
     std::vector<float> k, v;

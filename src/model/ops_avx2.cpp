@@ -341,14 +341,16 @@ inline void block_values(const float* P, const uint8_t* const* vrow, int64_t nb,
 }
 
 // Online softmax of rows [first, R) over one block (keys kb0 .. kb0 + nb): masks the keys each
-// row may not see, updates the running max m and sum l, turns S into P = exp(S - m) and leaves
-// the factor exp(m_old - m_new) that rescales the row's output in corr.
-inline void block_softmax(float* S, const int64_t* last, int64_t first, int64_t R, int64_t kb0,
-                          int64_t nb, float* m, float* l, float* corr) {
+// row may not see (before lo, after last), updates the running max m and sum l, turns S into
+// P = exp(S - m) and leaves the factor exp(m_old - m_new) that rescales the row's output in
+// corr. Every row sees at least one key of the block.
+inline void block_softmax(float* S, const int64_t* lo, const int64_t* last, int64_t first,
+                          int64_t R, int64_t kb0, int64_t nb, float* m, float* l, float* corr) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int64_t r = first; r < R; ++r) {
     float* s = S + r * KB;
     const int64_t visible = last[r] - kb0 + 1 < nb ? last[r] - kb0 + 1 : nb;  // >= 1
+    for (int64_t j = 0; j < lo[r] - kb0; ++j) s[j] = neg_inf;  // < visible
     for (int64_t j = visible; j < KB; ++j) s[j] = neg_inf;
     __m256 mx = _mm256_loadu_ps(s);
     for (int64_t j = 8; j < KB; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
@@ -393,11 +395,13 @@ void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* 
   const int64_t os = a.out_stride ? a.out_stride : a.n_heads * hd;
   FlashTiles w(work, R, hd);
   int64_t last[kFlashMaxRows];  // position of each row's query: its last visible key
+  int64_t lo[kFlashMaxRows];    // its first visible key (sliding window)
   float* out[kFlashMaxRows];
   const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(static_cast<float>(hd)));
   for (int64_t r = 0; r < R; ++r) {
     const int64_t tok = u.seq->tokens[u.t0 + r / n_h], h = u.h0 + r % n_h;
     last[r] = a.pos[tok];
+    lo[r] = first_visible(a.window, last[r]);
     out[r] = a.out + tok * os + h * hd;
     const float* q = a.q + tok * qs + h * hd;
     for (int64_t d = 0; d < hd; d += 8) {
@@ -419,20 +423,23 @@ void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* 
   for (int64_t kb0 = u.k0; kb0 < k_end; kb0 += KB) {
     const int64_t nb = k_end - kb0 < KB ? k_end - kb0 : KB;
     while (last[first] < kb0) ++first;  // the last row always sees kb0 < k_end
+    int64_t end = R;  // rows [end, R) see no key before kb0 + nb (their window starts later)
+    while (end > first && lo[end - 1] >= kb0 + nb) --end;
+    if (end == first) continue;
     for (int64_t j = 0; j < KB; ++j) {  // padding keys: zero rows, masked below
       const int64_t slot = j < nb ? u.seq->ctx[kb0 + j] : -1;
       krow[j] = slot >= 0 ? kbase + slot * a.kv_slot_stride : kZeroRow;
       vrow[j] = slot >= 0 ? vbase + slot * a.kv_slot_stride : kZeroRow;
     }
     if (direct) {
-      block_scores_direct<T>(w.Q, krow, w.S, first, R, hd);
+      block_scores_direct<T>(w.Q, krow, w.S, first, end, hd);
     } else {
       for (int64_t j = 0; j < KB; j += 8)
         for (int64_t d = 0; d < hd; d += 8) transpose8x8<T>(krow + j, d, w.Kt, j);
-      block_scores(w.Q, w.Kt, w.S, first, R, hd);
+      block_scores(w.Q, w.Kt, w.S, first, end, hd);
     }
-    block_softmax(w.S, last, first, R, kb0, nb, w.m, w.l, w.corr);
-    block_values<T>(w.S, vrow, nb, w.corr, w.O, first, R, hd);
+    block_softmax(w.S, lo, last, first, end, kb0, nb, w.m, w.l, w.corr);
+    block_values<T>(w.S, vrow, nb, w.corr, w.O, first, end, hd);
   }
   if (u.partial >= 0) {  // (m, l, O) per row, merged with the other key ranges later
     float* p = partial + u.partial;

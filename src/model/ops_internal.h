@@ -21,6 +21,11 @@ constexpr int64_t kFlashDecodeTokens = 16;
 // ... whose key ranges are split across threads at multiples of this many key positions.
 constexpr int64_t kFlashDecodeSplit = 512;
 
+// The first key position a query at `pos` sees: 0, or the start of its sliding window.
+inline int64_t first_visible(int64_t window, int64_t pos) {
+  return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+
 // Floats of per-thread work memory flash_unit_avx2 needs for a unit of `rows` rows.
 inline int64_t flash_work_floats(int64_t rows, int64_t head_dim) {
   return 2 * rows * head_dim                // Q (pre-scaled), O

@@ -189,7 +189,39 @@ TEST(ModelConfig, ParsesHfStarCoder2) {
   EXPECT_EQ(c.mlp, MlpKind::Gelu);
   EXPECT_TRUE(c.qkv_bias && c.o_bias && c.mlp_bias);  // use_bias defaults to true
   EXPECT_DOUBLE_EQ(c.rms_eps, 1e-5);
-  EXPECT_EQ(c.max_position, 4096);  // the context stops at the sliding window
+  EXPECT_EQ(c.max_position, 16384);  // the whole context, attention windowed to 4096
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_NE(c.summary().find("sliding window 4096"), std::string::npos) << c.summary();
+
+  // GGUF: efim writes starcoder2.attention.sliding_window (also 0 for full attention) and reads
+  // it back; a file without the key (llama.cpp's converter drops it) gets StarCoder2's 4096.
+  auto reread = [](const ModelConfig& m, bool drop_window) {
+    GgufWriter w;
+    write_gguf_metadata(m, w);
+    if (drop_window) {
+      EXPECT_TRUE(w.remove("starcoder2.attention.sliding_window"));
+    }
+    const std::string bytes = w.serialize();
+    GgufFile f = GgufFile::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "m");
+    return config_from_gguf(f);
+  };
+  ModelConfig small = c;
+  small.sliding_window = 16;
+  EXPECT_EQ(reread(small, false).sliding_window, 16);
+  EXPECT_EQ(reread(small, true).sliding_window, 4096);
+  small.sliding_window = 0;
+  EXPECT_EQ(reread(small, false).sliding_window, 0);
+  EXPECT_EQ(reread(small, false).max_position, 16384);
+  // config.json's null window: full attention; llama and the others never window.
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(config_from_hf_json(j, "cfg").sliding_window, 0);
+  j["sliding_window"] = -3;
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("sliding_window must be >= 0, got -3"),
+            std::string::npos);
+  j["sliding_window"] = 4096;
+  nlohmann::json llama = llama_json();
+  llama["sliding_window"] = 4096;
+  EXPECT_EQ(config_from_hf_json(llama, "cfg").sliding_window, 0);
   j["use_bias"] = false;
   c = config_from_hf_json(j, "cfg");
   EXPECT_FALSE(c.qkv_bias || c.o_bias || c.mlp_bias);

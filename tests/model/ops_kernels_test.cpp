@@ -148,6 +148,7 @@ struct AttnCase {
   int threads;
   bool strided = false;  // q/out rows inside wider rows (the fused projection layout)
   DType kv = DType::F32;  // the cache's element type
+  int64_t window = 0;     // sliding window (0: full causal attention)
 };
 
 struct AttnData {
@@ -204,9 +205,11 @@ void make_case(const AttnCase& c, AttnData& d, uint32_t seed) {
     d.args.q_stride = q_stride;
     d.args.out_stride = q_stride;
   }
+  d.args.window = c.window;
 }
 
-// Direct attention in double over the same inputs (out rows of q_dim floats, dense).
+// Direct attention in double over the same inputs (out rows of q_dim floats, dense): the query
+// at position p over keys max(0, p - window + 1) .. p (window 0: 0 .. p).
 std::vector<double> naive(const AttnCase& c, const AttnData& d) {
   const int64_t hd = c.hd, kvs = c.n_kv * hd, group = c.n_heads / c.n_kv;
   const int64_t qs = d.args.q_stride ? d.args.q_stride : c.n_heads * hd;
@@ -215,9 +218,10 @@ std::vector<double> naive(const AttnCase& c, const AttnData& d) {
     for (int32_t t : s.tokens)
       for (int64_t h = 0; h < c.n_heads; ++h) {
         const int64_t n = d.pos[t] + 1;
-        std::vector<double> sc(static_cast<size_t>(n));
+        const int64_t lo = c.window > 0 ? std::max<int64_t>(0, n - c.window) : 0;
+        std::vector<double> sc(static_cast<size_t>(n), -1e300);
         double m = -1e300, sum = 0;
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = lo; j < n; ++j) {
           double dot = 0;
           for (int64_t i = 0; i < hd; ++i)
             dot += static_cast<double>(d.q[t * qs + h * hd + i]) *
@@ -294,18 +298,47 @@ TEST(FlashAttention, LongContextDecodeSplitsKeys) {
   check_flash({4, 1, 64, {700, 900}, {1, 2}, 2});
 }
 
+// Sliding windows (starcoder2): rows of one unit whose windows start in different key blocks,
+// windows of one key, of a whole block and longer than the context, decode keys split across
+// threads with the window starting inside a piece, f16 / q8_0 caches and the reference path.
+TEST(FlashAttention, SlidingWindowMatchesReference) {
+  need_avx2();
+  auto with = [](AttnCase c, int64_t window, DType kv = DType::F32) {
+    c.window = window;
+    c.kv = kv;
+    return c;
+  };
+  check_flash(with({6, 2, 64, {300}, {300}, 2}, 100));           // prefill, window mid-block
+  check_flash(with({12, 4, 64, {300}, {300}, 2, true}, 64));     // a whole key block
+  check_flash(with({4, 4, 32, {130}, {130}, 1}, 1));             // each token sees itself only
+  check_flash(with({8, 1, 16, {77}, {77}, 2}, 500));             // longer than the context
+  check_flash(with({6, 2, 64, {1000, 7, 65}, {36, 7, 1}, 2}, 200));  // chunk, prompt, decode
+  check_flash(with({6, 2, 64, {3000}, {1}, 2}, 1500));           // decode split, window inside
+  check_flash(with({12, 4, 64, {2100}, {9}, 4}, 700));           // verify-sized step, split
+  check_flash(with({4, 1, 64, {700, 900}, {1, 2}, 2}, 333));
+  check_flash(with({2, 1, 48, {200}, {3}, 3}, 50));              // hd not a multiple of 32
+  check_flash(with({6, 2, 64, {2048}, {600}, 2}, 129));          // long chunk, split by threads
+  for (DType kv : {DType::F16, DType::Q8_0}) {
+    check_flash(with({6, 2, 64, {256}, {256}, 2}, 70, kv));
+    check_flash(with({6, 2, 64, {2048}, {1}, 2}, 1000, kv));
+    check_flash(with({8, 1, 256, {170}, {3}, 1}, 65, kv));
+  }
+  check_flash(with({4, 2, 24, {40}, {40}, 2}, 9, DType::F16));  // the reference path only
+}
+
 // Batch invariance (FlashUnit::decode): the rows of a speculative verify step (a token and its
 // draft, up to 9 tokens) equal, bit for bit, what one-token decode steps at the same positions
 // compute, with the keys split across threads or not, direct scores (3 heads per KV head) or
 // transposed tiles (4 and 6), at context lengths on both sides of the split positions.
-TEST(FlashAttention, VerifyRowsEqualOneTokenDecodeStepsBitForBit) {
-  need_avx2();
+// With a sliding window too (the window's start moves with each token, across key blocks and
+// split positions).
+void check_verify_rows_bit_for_bit(int64_t window) {
   for (DType kv : {DType::F16, DType::Q8_0, DType::F32})
     for (const auto& [heads, kvh] : {std::pair{6, 2}, std::pair{12, 2}, std::pair{4, 1}})
       for (int64_t last : {int64_t{300}, int64_t{515}, int64_t{1030}, int64_t{1600}})
         for (int threads : {1, 2, 3}) {
           const int64_t n_tok = 9;  // positions last - 8 .. last
-          const AttnCase c{heads, kvh, 64, {last + 1}, {n_tok}, threads, false, kv};
+          const AttnCase c{heads, kvh, 64, {last + 1}, {n_tok}, threads, false, kv, window};
           AttnData d;
           make_case(c, d, uint32_t(last + heads));
           const int64_t width = heads * 64;
@@ -328,9 +361,20 @@ TEST(FlashAttention, VerifyRowsEqualOneTokenDecodeStepsBitForBit) {
                                   static_cast<size_t>(width) * sizeof(float)),
                       0)
                 << dtype_name(kv) << " heads " << heads << "/" << kvh << " position "
-                << one[0].n_ctx - 1 << " threads " << threads;
+                << one[0].n_ctx - 1 << " threads " << threads << " window " << window;
           }
         }
+}
+
+TEST(FlashAttention, VerifyRowsEqualOneTokenDecodeStepsBitForBit) {
+  need_avx2();
+  check_verify_rows_bit_for_bit(0);
+}
+
+TEST(FlashAttention, WindowedVerifyRowsEqualOneTokenDecodeStepsBitForBit) {
+  need_avx2();
+  check_verify_rows_bit_for_bit(4);    // the window starts in the step's own tokens
+  check_verify_rows_bit_for_bit(700);  // ... in an earlier key block, on either side of 512
 }
 
 // f16 and q8_0 caches read in place: flash (AVX2 + F16C) and the reference (which widens the
