@@ -87,6 +87,10 @@ KINDS = {
 # starcoder2 with a window shorter than the test prompts: the sliding-window attention of the
 # real checkpoints (4096) at a size the tests reach (same weights as "starcoder2").
 KINDS["starcoder2_swa"] = dict(KINDS["starcoder2"], sliding_window=8)
+# Four query heads per KV head: llama.cpp's quantizer gives attn_v more bits for these (Q2_K,
+# IQ4_NL, IQ4_XS); 64 wide, every K-quant row falls back; 256 wide, none does.
+KINDS["llama_gqa4"] = dict(KINDS["llama"], num_key_value_heads=1)
+KINDS["llama256_gqa4"] = dict(KINDS["llama256"], num_key_value_heads=1)
 # qwen3's attention with a mixture of experts in every layer, untied.
 KINDS["qwen3_moe"] = dict(KINDS["qwen3"], architectures=["Qwen3MoeForCausalLM"],
                           model_type="qwen3_moe", tie_word_embeddings=False,

@@ -1,4 +1,4 @@
-// `efim convert HF_DIR -o OUT.gguf [--dtype bf16|...|q4_k_m|q5_k_m|q6_k] [--set KEY=VALUE ...]`, and
+// `efim convert HF_DIR -o OUT.gguf [--dtype bf16|...|q4_k_m|q3_k_m|q2_k|iq4_xs] [--set KEY=VALUE ...]`, and
 // `efim convert IN.gguf -o OUT.gguf --set KEY=VALUE ...`: a GGUF copied with its tensors byte
 // for byte and its metadata edited (e.g. --set efim.fragment_tokenization=true declares a
 // fragment-trained model, see infill/healing.h).
@@ -68,9 +68,9 @@ void run_convert(const ConvertArgs& a) {
   if (is_gguf_path(a.input)) return rewrite_gguf(a);
   ConvertResult r;
   if (a.set.empty()) {
-    r = convert_folder_to_gguf(a.input, a.output, convert_type_from_name(a.dtype), true);
+    r = convert_folder_to_gguf(a.input, a.output, file_type_from_name(a.dtype), true);
   } else {
-    r = convert_folder_to_gguf(a.input, a.output, convert_type_from_name(a.dtype), true,
+    r = convert_folder_to_gguf(a.input, a.output, file_type_from_name(a.dtype), true,
                                [&](GgufWriter& w) { apply_sets(a.set, w); });
   }
   std::printf("wrote %s: %lld tensors, %s of tensor data (%s)\n", a.output.c_str(),
@@ -89,8 +89,10 @@ void register_convert(CLI::App& app) {
       ->required();
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
   cmd->add_option("--dtype", a->dtype,
-                  "Matrix dtype (HF input): f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, "
-                  "q5_k, q6_k, or llama.cpp's mixes q4_k_m, q5_k_m")
+                  "File type (HF input), llama-quantize's names: f32, f16, bf16, q8_0, q4_0, "
+                  "q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, "
+                  "q5_k_m, q6_k, iq4_nl, iq4_xs (q3_k, q4_k, q5_k: the _m mixes); llama.cpp's "
+                  "rules give each tensor its type")
       ->capture_default_str();
   cmd->add_option("--set", a->set,
                   "KEY=VALUE metadata to set (true/false, integers, numbers, else a string), "

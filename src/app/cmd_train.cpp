@@ -265,7 +265,7 @@ void declare_fragment_training(const std::string& out, const std::string& data) 
 // The saved HF folder as <out>/model-<dtype>.gguf, the file `efim serve` takes.
 void write_gguf(const std::string& out, const std::string& dtype) {
   const std::string path = (std::filesystem::path(out) / ("model-" + dtype + ".gguf")).string();
-  const ConvertResult c = convert_folder_to_gguf(out, path, convert_type_from_name(dtype), false);
+  const ConvertResult c = convert_folder_to_gguf(out, path, file_type_from_name(dtype), false);
   std::printf("wrote %s: %lld tensors, %s of tensor data\n", path.c_str(),
               static_cast<long long>(c.n_tensors), human_bytes(double(c.tensor_bytes)).c_str());
 }
@@ -278,7 +278,7 @@ void run_train(TrainArgs a) {
   EFIM_CHECK(a.eval_every == 0 || !a.valid.empty(), "efim train: --eval-every ", a.eval_every,
              " needs --valid");
   const DType save_dtype = dtype_from_name(a.save_dtype);
-  if (a.gguf != "none") (void)dtype_from_name(a.gguf);  // a bad name fails before training
+  if (a.gguf != "none") (void)file_type_from_name(a.gguf);  // a bad name fails before training
   if (a.checkpoint_dir.empty()) a.checkpoint_dir = a.out + "/checkpoint";
   std::filesystem::create_directories(a.out);
   ThreadPool pool(a.threads > 0 ? a.threads : ThreadPool::default_threads());

@@ -34,13 +34,12 @@ Tokenizer load_tokenizer(const std::string& path) {
 }
 
 ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
-                                     ConvertType type, bool progress_bar,
+                                     FileType type, bool progress_bar,
                                      const std::function<void(GgufWriter&)>& extra) {
   ConvertOptions opts;
   opts.input_dir = hf_dir;
   opts.output_path = gguf_path;
-  opts.out_dtype = type.dtype;
-  opts.more_bits_mix = type.more_bits_mix;
+  opts.file_type = type;
   Tokenizer tok = load_tokenizer(hf_dir);
   opts.tokenizer_writer = [&tok, &extra](GgufWriter& w) {
     tok.write_gguf_metadata(w);

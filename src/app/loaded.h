@@ -32,7 +32,7 @@ ModelCard model_card(const std::string& path, const Model& model);
 // metadata, matrices as `type` says, with a progress bar when `progress_bar` is set; `extra` may
 // set more metadata after the model's and the tokenizer's.
 ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
-                                     ConvertType type, bool progress_bar,
+                                     FileType type, bool progress_bar,
                                      const std::function<void(GgufWriter&)>& extra = {});
 
 // --speculative ngram|off with --draft-min / --draft-max, as the engine's options; throws Error

@@ -29,27 +29,47 @@ bool use_more_bits(int64_t i, int64_t n) {
 }
 
 namespace {
-bool writable(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
-         t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-         t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+struct FileTypeRow {
+  FileType type;
+  std::string_view name;
+  DType base;
+};
+constexpr FileTypeRow kFileTypes[] = {
+    {FileType::F32, "f32", DType::F32},          {FileType::F16, "f16", DType::F16},
+    {FileType::BF16, "bf16", DType::BF16},       {FileType::Q8_0, "q8_0", DType::Q8_0},
+    {FileType::Q4_0, "q4_0", DType::Q4_0},       {FileType::Q4_1, "q4_1", DType::Q4_1},
+    {FileType::Q5_0, "q5_0", DType::Q5_0},       {FileType::Q5_1, "q5_1", DType::Q5_1},
+    {FileType::Q2_K, "q2_k", DType::Q2_K},       {FileType::Q3_K_S, "q3_k_s", DType::Q3_K},
+    {FileType::Q3_K_M, "q3_k_m", DType::Q3_K},   {FileType::Q3_K_L, "q3_k_l", DType::Q3_K},
+    {FileType::Q4_K_S, "q4_k_s", DType::Q4_K},   {FileType::Q4_K_M, "q4_k_m", DType::Q4_K},
+    {FileType::Q5_K_S, "q5_k_s", DType::Q5_K},   {FileType::Q5_K_M, "q5_k_m", DType::Q5_K},
+    {FileType::Q6_K, "q6_k", DType::Q6_K},       {FileType::IQ4_NL, "iq4_nl", DType::IQ4_NL},
+    {FileType::IQ4_XS, "iq4_xs", DType::IQ4_XS},
+};
+
+const FileTypeRow& row_of(FileType t) {
+  for (const FileTypeRow& r : kFileTypes)
+    if (r.type == t) return r;
+  fail("convert: unknown file type ", static_cast<uint32_t>(t));
 }
 }  // namespace
 
-ConvertType convert_type_from_name(std::string_view name) {
-  constexpr const char* kNames =
-      "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m";
-  if (name == "q4_k_m") return {DType::Q4_K, true};
-  if (name == "q5_k_m") return {DType::Q5_K, true};
-  DType t;
-  try {
-    t = dtype_from_name(name);
-  } catch (const Error&) {
-    fail("convert: unknown type '", name, "' (expected one of ", kNames, ")");
+FileType file_type_from_name(std::string_view name) {
+  // llama-quantize's aliases: Q3_K, Q4_K and Q5_K are its _M mixes.
+  if (name == "q3_k") return FileType::Q3_K_M;
+  if (name == "q4_k") return FileType::Q4_K_M;
+  if (name == "q5_k") return FileType::Q5_K_M;
+  std::string names;
+  for (const FileTypeRow& r : kFileTypes) {
+    if (r.name == name) return r.type;
+    names += (names.empty() ? "" : ", ") + std::string(r.name);
   }
-  EFIM_CHECK(writable(t), "convert: cannot write ", name, " (expected one of ", kNames, ")");
-  return {t, false};
+  fail("convert: unknown type '", name, "' (expected one of ", names,
+       "; q3_k, q4_k, q5_k mean the _m mixes)");
 }
+
+std::string_view file_type_name(FileType t) { return row_of(t).name; }
+DType file_type_base(FileType t) { return row_of(t).base; }
 
 namespace {
 
@@ -62,7 +82,6 @@ struct Job {
   float add = 0.0f;
   bool output = false;   // the output matrix, or the embedding when the head is tied to it
   int64_t layer = -1;
-  bool more_bits_role = false;  // attn_v or ffn_down: a _M mix gives these Q6_K in some layers
   std::string role = {};  // the layer role (TensorNames::layer), empty outside the layers
   // More HF tensors of hf's shape, stacked after it into one [1 + n, rows, cols] tensor (the
   // experts of a layer: llama.cpp's blk.N.ffn_*_exps).
@@ -84,8 +103,6 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
                       TensorNames::layer(gg, l, role, suffix), permute ? heads : 0});
       jobs.back().layer = l;
       jobs.back().role = role;
-      const std::string_view r = role;
-      jobs.back().more_bits_role = r == "v" || r == "down" || r == "proj";
     };
     const bool layer_norm = c.norm == NormKind::Layer;
     add("attn_norm", "weight", 0);
@@ -122,7 +139,7 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
         j.gguf = TensorNames::expert(gg, l, 0, role);
         for (int64_t e = 1; e < c.n_experts; ++e) j.stack.push_back(TensorNames::expert(hf, l, e, role));
         j.layer = l;
-        j.more_bits_role = std::string_view(role) == "down";
+        j.role = role;
         jobs.push_back(std::move(j));
       }
     } else {
@@ -142,67 +159,101 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
   return jobs;
 }
 
-bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
-
 // llama.cpp's fallback for rows that are not whole blocks of the chosen type.
 DType fallback(DType t) {
   switch (t) {
+    case DType::Q2_K:
+    case DType::Q3_K:
+      return DType::Q4_0;
     case DType::Q4_K:
       return DType::Q5_0;
     case DType::Q5_K:
       return DType::Q5_1;
     case DType::Q6_K:
       return DType::Q8_0;
+    case DType::IQ4_XS:
+      return DType::IQ4_NL;
     default:
       return DType::F16;
   }
 }
 
+// llama.cpp's type for a matrix of the layers (llama_tensor_get_type_impl, for the file types
+// above, without an importance matrix; efim's architectures are none of its special cases but
+// Llama 70B's 80 layers). The layer index counts attn_v and ffn_down tensors as llama.cpp's
+// i_attention_wv / i_ffn_down do: one per layer.
+DType layer_rule(FileType ft, const ModelConfig& c, const Job& job, DType t) {
+  using F = FileType;
+  const int64_t i = job.layer, n = c.n_layers;
+  const bool gqa4 = c.n_heads / c.n_kv_heads >= 4, eight_experts = c.n_experts == 8;
+  const std::string_view role = job.role;
+  if (role == "v") {
+    if (ft == F::Q2_K) t = gqa4 ? DType::Q4_K : DType::Q3_K;
+    else if (ft == F::Q3_K_M) t = i < 2 ? DType::Q5_K : DType::Q4_K;
+    else if (ft == F::Q3_K_L) t = DType::Q5_K;
+    else if ((ft == F::IQ4_NL || ft == F::IQ4_XS) && gqa4) t = DType::Q5_K;
+    else if ((ft == F::Q4_K_M || ft == F::Q5_K_M) && use_more_bits(i, n)) t = DType::Q6_K;
+    else if (ft == F::Q4_K_S && i < 4) t = DType::Q5_K;
+    const bool llama70b = c.arch == ModelArch::Llama && n == 80;  // llama.cpp's LLM_TYPE_70B
+    if (llama70b && (t == DType::Q3_K || t == DType::Q4_K)) t = DType::Q5_K;
+    if (eight_experts) t = DType::Q8_0;
+  } else if (role == "k") {
+    if (eight_experts) t = DType::Q8_0;
+  } else if (role == "down" || role == "proj") {  // ffn_down (also of the experts)
+    if (ft == F::Q2_K) t = DType::Q3_K;
+    else if (ft == F::Q3_K_M) t = i < n / 16 ? DType::Q5_K : DType::Q4_K;
+    else if (ft == F::Q3_K_L) t = DType::Q5_K;
+    else if (ft == F::Q4_K_M) t = use_more_bits(i, n) ? DType::Q6_K : t;
+    else if (i < n / 8 && (ft == F::IQ4_NL || ft == F::IQ4_XS)) t = DType::Q5_K;
+    else if (ft == F::Q5_K_M && use_more_bits(i, n)) t = DType::Q6_K;
+    else if (ft == F::Q4_K_S && i < n / 8) t = DType::Q5_K;
+  } else if (role == "o") {  // attn_output
+    if (eight_experts) {
+      if (ft == F::Q2_K || ft == F::Q3_K_S || ft == F::Q3_K_M || ft == F::IQ4_NL ||
+          ft == F::Q4_K_S || ft == F::Q4_K_M || ft == F::IQ4_XS)
+        t = DType::Q5_K;
+    } else if (ft == F::Q2_K) {
+      t = DType::Q3_K;
+    } else if (ft == F::Q3_K_M) {
+      t = DType::Q4_K;
+    } else if (ft == F::Q3_K_L) {
+      t = DType::Q5_K;
+    }
+  }
+  return t;
+}
+
 DType choose_dtype(const ConvertOptions& o, const ModelConfig& c, const Job& job,
                    const TensorView& t) {
   if (t.shape.size() != 2 || job.keep_f32) return DType::F32;  // norms, biases, the router
-  if (!is_quantized(o.out_dtype)) return o.out_dtype;
-  DType want = o.out_dtype;
-  // The output matrix (or the tied embedding) keeps more bits, as llama.cpp's quantizer does.
-  if (want != DType::Q8_0 && job.output) want = DType::Q6_K;
-  if (is_k_quant(want) && o.more_bits_mix && job.more_bits_role &&
-      use_more_bits(job.layer, c.n_layers))
-    want = DType::Q6_K;
-  // llama.cpp's rules for a model of exactly 8 experts (Mixtral's count): attn_k and attn_v in
-  // Q8_0, and in the Q4_K mix attn_output in Q5_K.
-  if (c.n_experts == 8 && want != DType::Q8_0) {
-    if (job.role == "k" || job.role == "v") want = DType::Q8_0;
-    if (job.role == "o" && o.more_bits_mix && o.out_dtype == DType::Q4_K) want = DType::Q5_K;
+  const DType base = o.file_type ? file_type_base(*o.file_type) : o.out_dtype;
+  if (!is_quantized(base)) return base;
+  DType want = base;
+  if (job.output) {  // the output matrix (or the tied embedding) keeps more bits
+    if (want != DType::Q8_0) want = DType::Q6_K;
+  } else if (o.file_type && job.layer >= 0) {
+    want = layer_rule(*o.file_type, c, job, want);
   }
   while (is_quantized(want) && t.shape[1] % dtype_info(want).block_elems != 0)
     want = fallback(want);
   return want;
 }
 
-uint32_t ggml_file_type(DType t, bool mix) {  // llama_ftype (llama.h)
-  switch (t) {
-    case DType::F32:
-      return 0;
-    case DType::F16:
-      return 1;
-    case DType::Q4_0:
-      return 2;
-    case DType::Q4_1:
-      return 3;
-    case DType::Q8_0:
-      return 7;
-    case DType::Q5_0:
-      return 8;
-    case DType::Q5_1:
-      return 9;
+// general.file_type: the file type, or for a plain dtype the llama_ftype of that type alone
+// (llama.h; Q4_K / Q5_K / Q3_K as their _S file types, IQ4 and Q2_K as theirs).
+uint32_t ggml_file_type(const ConvertOptions& o) {
+  if (o.file_type) return static_cast<uint32_t>(*o.file_type);
+  switch (o.out_dtype) {
+    case DType::Q3_K:
+      return static_cast<uint32_t>(FileType::Q3_K_S);
     case DType::Q4_K:
-      return mix ? 15 : 14;  // Q4_K_M, else Q4_K_S
+      return static_cast<uint32_t>(FileType::Q4_K_S);
     case DType::Q5_K:
-      return mix ? 17 : 16;
-    case DType::Q6_K:
-      return 18;
+      return static_cast<uint32_t>(FileType::Q5_K_S);
     default:
-      return 32;  // BF16
+      for (const FileTypeRow& r : kFileTypes)
+        if (r.base == o.out_dtype) return static_cast<uint32_t>(r.type);
+      fail("convert: cannot write dtype ", dtype_name(o.out_dtype));
   }
 }
 
@@ -210,8 +261,7 @@ uint32_t ggml_file_type(DType t, bool mix) {  // llama_ftype (llama.h)
 
 ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   namespace fs = std::filesystem;
-  const DType out = o.out_dtype;
-  EFIM_CHECK(writable(out), "convert: cannot write dtype ", dtype_name(out));
+  const uint32_t file_type = ggml_file_type(o);  // checks that out_dtype is writable
   ModelConfig c = config_from_hf_file((fs::path(o.input_dir) / "config.json").string());
   auto src = SafetensorsFolder::open(o.input_dir);
   bind_weights(c, *src, WeightNaming::HF);  // checks every shape and dtype up front
@@ -223,7 +273,7 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   GgufWriter w;
   write_gguf_metadata(c, w);
   w.set_string("general.name", fs::path(o.input_dir).filename().string());
-  w.set_u32("general.file_type", ggml_file_type(out, o.more_bits_mix));
+  w.set_u32("general.file_type", file_type);
   if (c.bos_token >= 0)
     w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_token));
   if (!c.eos_tokens.empty())

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,15 +14,21 @@ namespace efim {
 
 class GgufWriter;
 
-// What `efim convert --dtype` writes: a matrix dtype, or one of llama.cpp's K-quant file types.
-struct ConvertType {
-  DType dtype = DType::BF16;
-  // llama.cpp's _M mixes: attn_v and ffn_down of the layers use_more_bits picks get Q6_K.
-  bool more_bits_mix = false;
+// llama.cpp's file types (enum llama_ftype's values, written to general.file_type) that
+// `efim convert` writes. For the quantized ones llama.cpp's rules choose each tensor's type, as
+// llama-quantize does without an importance matrix (llama_tensor_get_type in llama-quant.cpp):
+// the output matrix (or tied embedding) in Q6_K, more bits for attn_v / ffn_down / attn_output
+// in some layers of the K mixes, Q8_0 for attn_k / attn_v of 8-expert models, ...
+enum class FileType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 7, Q5_0 = 8, Q5_1 = 9, Q2_K = 10,
+  Q3_K_S = 11, Q3_K_M = 12, Q3_K_L = 13, Q4_K_S = 14, Q4_K_M = 15, Q5_K_S = 16, Q5_K_M = 17,
+  Q6_K = 18, IQ4_NL = 25, IQ4_XS = 30, BF16 = 32,
 };
-// "bf16", "q8_0", "q4_k", "q6_k", ... (dtype names) or "q4_k_m", "q5_k_m"; Error listing the
-// accepted names otherwise.
-ConvertType convert_type_from_name(std::string_view name);
+// llama-quantize's name of a file type ("q4_k_m"; aliases "q3_k", "q4_k", "q5_k" are the _M
+// mixes, as there) and its base type (Q4_K for q4_k_m); Error listing the names otherwise.
+FileType file_type_from_name(std::string_view name);
+std::string_view file_type_name(FileType t);
+DType file_type_base(FileType t);
 // llama.cpp's choice of the layers that get more bits in a _M mix (layer i of n): the first
 // and last eighth, and every third layer in between.
 bool use_more_bits(int64_t i, int64_t n);
@@ -29,12 +36,13 @@ bool use_more_bits(int64_t i, int64_t n);
 struct ConvertOptions {
   std::string input_dir;    // HF folder
   std::string output_path;  // .gguf to write
-  // Matrix dtype: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K. Vectors
-  // (norms, biases) stay F32. As llama.cpp's quantizer: the output matrix (or the tied
-  // embedding) uses Q6_K unless the type is Q8_0; rows that are not whole blocks fall back
-  // (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, 32-element types -> F16).
+  // llama.cpp's file type: its rules give each matrix its type. Unset: every matrix in
+  // out_dtype (any type quantize() writes), except that the output matrix (or the tied
+  // embedding) of a quantized type other than Q8_0 is Q6_K. Vectors (norms, biases) and the
+  // expert router stay F32. Rows that are not whole blocks fall back as in llama.cpp (Q2_K,
+  // Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, then F16).
+  std::optional<FileType> file_type;
   DType out_dtype = DType::BF16;
-  bool more_bits_mix = false;  // see ConvertType
   // Adds the tokenizer.* metadata (e.g. Tokenizer::write_gguf_metadata); optional. It runs after
   // the model keys, so it may override tokenizer.ggml.bos/eos_token_id taken from config.json.
   std::function<void(GgufWriter&)> tokenizer_writer;

@@ -135,7 +135,7 @@ std::vector<uint8_t> quantize(const float* x, int64_t n, DType t) {
     default:
       if (quantize_more_blocks(x, n, t, out.data())) break;
       fail("quantize: cannot produce dtype ", dtype_name(t),
-           " (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)");
+           " (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs)");
   }
   return out;
 }

@@ -1,5 +1,6 @@
-// Quantizers for the K-quant types efim writes (Q4_K, Q5_K, Q6_K) and the 32-element types
-// llama.cpp's mixes fall back to (Q4_1, Q5_0, Q5_1). Layouts in tensor/quant.h.
+// Quantizers for the K-quant types efim writes (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), the I-quants
+// IQ4_NL and IQ4_XS, and the 32-element types llama.cpp's mixes fall back to (Q4_1, Q5_0,
+// Q5_1). Layouts in tensor/quant.h.
 //
 // K-quants, per super-block of 256:
 //   1. Each sub-block gets a float scale (and, for Q4_K / Q5_K, a min) by a small search: for a
@@ -218,6 +219,160 @@ void quantize_q6_k(const float* x, int64_t nb, BlockQ6_K* out) {
   }
 }
 
+// Q3_K: per sub-block of 16 a signed scale with levels -4..3 (the search of Q6_K's step 1);
+// the scales as signed 6-bit multiples of one super-scale, the largest at -32.
+void pack_q3k_scale(int j, int ls, uint8_t scales[12]) {  // inverse of q3k_scale
+  if (j < 8) scales[j] = static_cast<uint8_t>(scales[j] | (ls & 15));
+  else scales[j - 8] = static_cast<uint8_t>(scales[j - 8] | ((ls & 15) << 4));
+  scales[8 + j % 4] = static_cast<uint8_t>(scales[8 + j % 4] | ((ls >> 4) << (2 * (j / 4))));
+}
+
+void quantize_q3_k(const float* x, int64_t nb, BlockQ3_K* out) {
+  for (int64_t b = 0; b < nb; ++b, x += 256) {
+    BlockQ3_K& o = out[b];
+    std::memset(&o, 0, sizeof o);
+    const float av = rms_of(x, 256);
+    float w[16], scale[16], amax = 0, max = 0;
+    for (int j = 0; j < 16; ++j) {
+      for (int i = 0; i < 16; ++i) w[i] = av + std::fabs(x[16 * j + i]);
+      scale[j] = fit_scale_signed(x + 16 * j, w, 16, 4);
+      if (std::fabs(scale[j]) > amax) {
+        amax = std::fabs(scale[j]);
+        max = scale[j];
+      }
+    }
+    o.d = f32_to_f16(max != 0 ? -max / 32.0f : 0.0f);
+    const float dq = f16_to_f32(o.d);
+    for (int j = 0; j < 16; ++j) {
+      const int l = dq != 0 ? round_clamp(scale[j] / dq, -32, 31) : 0;
+      pack_q3k_scale(j, l + 32, o.scales);
+      const float step = dq * static_cast<float>(l);
+      for (int i = 0; i < 16; ++i) {  // element e = 128h + 32s + m (see BlockQ3_K)
+        const int e = 16 * j + i, h = e / 128, s = (e % 128) / 32, m = e % 32;
+        const int q = (step != 0 ? round_clamp(x[e] / step, -4, 3) : 0) + 4;  // 0..7
+        o.qs[32 * h + m] = static_cast<uint8_t>(o.qs[32 * h + m] | ((q & 3) << (2 * s)));
+        o.hmask[m] = static_cast<uint8_t>(o.hmask[m] | ((q >> 2) << (4 * h + s)));
+      }
+    }
+  }
+}
+
+// Q2_K: per sub-block of 16 a scale and min with levels 0..3 (Q4_K's search), both as 4-bit
+// multiples of their super-scales.
+void quantize_q2_k(const float* x, int64_t nb, BlockQ2_K* out) {
+  for (int64_t b = 0; b < nb; ++b, x += 256) {
+    BlockQ2_K& o = out[b];
+    std::memset(&o, 0, sizeof o);
+    const float av = rms_of(x, 256);
+    float w[16];
+    ScaleMin fit[16];
+    float max_scale = 0, max_m = 0;
+    for (int j = 0; j < 16; ++j) {
+      for (int i = 0; i < 16; ++i) w[i] = av + std::fabs(x[16 * j + i]);
+      fit[j] = fit_scale_min(x + 16 * j, w, 16, 3);
+      max_scale = std::max(max_scale, fit[j].scale);
+      max_m = std::max(max_m, fit[j].m);
+    }
+    o.d = f32_to_f16(max_scale / 15.0f);
+    o.dmin = f32_to_f16(max_m / 15.0f);
+    const float dq = f16_to_f32(o.d), dminq = f16_to_f32(o.dmin);
+    for (int j = 0; j < 16; ++j) {
+      const int sc = dq > 0 ? round_clamp(fit[j].scale / dq, 0, 15) : 0;
+      const int mn = dminq > 0 ? round_clamp(fit[j].m / dminq, 0, 15) : 0;
+      o.scales[j] = static_cast<uint8_t>(sc | (mn << 4));
+      const float step = dq * static_cast<float>(sc), off = dminq * static_cast<float>(mn);
+      for (int i = 0; i < 16; ++i) {  // element e = 128h + 32s + m (see BlockQ2_K)
+        const int e = 16 * j + i, h = e / 128, s = (e % 128) / 32, m = e % 32;
+        const int q = step > 0 ? round_clamp((x[e] + off) / step, 0, 3) : 0;
+        o.qs[32 * h + m] = static_cast<uint8_t>(o.qs[32 * h + m] | (q << (2 * s)));
+      }
+    }
+  }
+}
+
+// IQ4: codes into the non-uniform grid kIq4Values, x ~= scale * kIq4Values[code].
+int iq4_nearest(float v) {  // the code whose grid value is nearest v (the grid ascends)
+  int c = 0;
+  while (c < 15 && v > 0.5f * static_cast<float>(kIq4Values[c] + kIq4Values[c + 1])) ++c;
+  return c;
+}
+
+// The scale of n elements (weights w) that minimises sum w (scale * grid(code) - x)^2 over
+// candidates mapping the signed extreme to either end of the grid (-127 or 113) with a few
+// stretches, each refit by least squares through its codes.
+float fit_scale_iq4(const float* x, const float* w, int n) {
+  float amax = 0, max = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  if (amax == 0) return 0.0f;
+  float best = -max / 127.0f;
+  double best_gain = -1;  // (sum w q x)^2 / sum w q^2: the error it removes
+  for (float end : {-127.0f, 113.0f})
+    for (int step = -8; step <= 8; ++step) {
+      const float iscale = (end + static_cast<float>(step) * (end < 0 ? -1.0f : 1.0f)) / max;
+      double sqx = 0, sqq = 0;
+      for (int i = 0; i < n; ++i) {
+        const double q = kIq4Values[iq4_nearest(iscale * x[i])];
+        sqx += w[i] * q * x[i];
+        sqq += w[i] * q * q;
+      }
+      if (sqq <= 0 || sqx * sqx / sqq <= best_gain) continue;
+      best_gain = sqx * sqx / sqq;
+      best = static_cast<float>(sqx / sqq);
+    }
+  return best;
+}
+
+void iq4_codes(const float* x, float scale, uint8_t qs[16]) {  // 32 elements as in Q4_0
+  const float inv = scale != 0 ? 1.0f / scale : 0.0f;
+  for (int j = 0; j < 16; ++j)
+    qs[j] = static_cast<uint8_t>(iq4_nearest(x[j] * inv) | (iq4_nearest(x[j + 16] * inv) << 4));
+}
+
+void iq4_weights(const float* x, int n, float av, float* w) {
+  for (int i = 0; i < n; ++i) w[i] = av + std::fabs(x[i]);
+}
+
+void quantize_iq4_nl(const float* x, int64_t nb, BlockIQ4_NL* out) {
+  for (int64_t b = 0; b < nb; ++b, x += 32) {
+    float w[32];
+    iq4_weights(x, 32, rms_of(x, 32), w);
+    out[b].d = f32_to_f16(fit_scale_iq4(x, w, 32));
+    iq4_codes(x, f16_to_f32(out[b].d), out[b].qs);
+  }
+}
+
+// IQ4_XS: each sub-block of 32's scale as a signed 6-bit multiple of one super-scale (the
+// largest at -32), then its codes against that scale.
+void quantize_iq4_xs(const float* x, int64_t nb, BlockIQ4_XS* out) {
+  for (int64_t b = 0; b < nb; ++b, x += 256) {
+    BlockIQ4_XS& o = out[b];
+    std::memset(&o, 0, sizeof o);
+    const float av = rms_of(x, 256);
+    float w[32], scale[8], amax = 0, max = 0;
+    for (int j = 0; j < 8; ++j) {
+      iq4_weights(x + 32 * j, 32, av, w);
+      scale[j] = fit_scale_iq4(x + 32 * j, w, 32);
+      if (std::fabs(scale[j]) > amax) {
+        amax = std::fabs(scale[j]);
+        max = scale[j];
+      }
+    }
+    o.d = f32_to_f16(max != 0 ? -max / 32.0f : 0.0f);
+    const float dq = f16_to_f32(o.d);
+    for (int j = 0; j < 8; ++j) {
+      const int l = dq != 0 ? round_clamp(scale[j] / dq, -32, 31) : 0;
+      const int ls = l + 32;
+      o.scales_l[j / 2] = static_cast<uint8_t>(o.scales_l[j / 2] | ((ls & 15) << (4 * (j % 2))));
+      o.scales_h = static_cast<uint16_t>(o.scales_h | ((ls >> 4) << (2 * j)));
+      iq4_codes(x + 32 * j, dq * static_cast<float>(l), o.qs + 16 * j);
+    }
+  }
+}
+
 // 32-element types, as ggml's reference quantizers: Q4_1 / Q5_1 map [min, max] onto the
 // levels (x = d q + m), Q5_0 maps the signed extreme to -16 (x = d (q - 16)).
 // Q4_1 / Q5_1 levels: [min, max] onto 0..nmax, x = d q + m, rounding half up (ggml's reference).
@@ -289,6 +444,14 @@ bool quantize_more_blocks(const float* x, int64_t n, DType t, void* out) {
       return quantize_q5_k(x, nb, blocks<BlockQ5_K>(out)), true;
     case DType::Q6_K:
       return quantize_q6_k(x, nb, blocks<BlockQ6_K>(out)), true;
+    case DType::Q3_K:
+      return quantize_q3_k(x, nb, blocks<BlockQ3_K>(out)), true;
+    case DType::Q2_K:
+      return quantize_q2_k(x, nb, blocks<BlockQ2_K>(out)), true;
+    case DType::IQ4_NL:
+      return quantize_iq4_nl(x, nb, blocks<BlockIQ4_NL>(out)), true;
+    case DType::IQ4_XS:
+      return quantize_iq4_xs(x, nb, blocks<BlockIQ4_XS>(out)), true;
     case DType::Q4_1:
       return quantize_q4_1(x, nb, blocks<BlockQ4_1>(out)), true;
     case DType::Q5_0:

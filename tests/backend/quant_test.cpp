@@ -278,8 +278,8 @@ TEST(QuantOracle, EveryBlockTypeDequantizesAsGgml) {
 }
 
 // efim's own quantizers: Q4_1, Q5_0, Q5_1 byte for byte as ggml's reference quantizers; the
-// K-quants (a search of efim's own) with bytes that ggml dequantizes to efim's values and an
-// error within 3% of ggml's quantizer on the same data.
+// K-quants and IQ4_NL / IQ4_XS (searches of efim's own) with bytes that ggml dequantizes to
+// efim's values and an error within 3% of ggml's quantizer on the same data.
 TEST(QuantOracle, OwnQuantizersMatchOrRivalGgml) {
   const Ggml* g = load_ggml();
   ASSERT_NE(g, nullptr);
@@ -300,7 +300,9 @@ TEST(QuantOracle, OwnQuantizersMatchOrRivalGgml) {
     const char* dequantizer;
   };
   for (const K& k : {K{DType::Q4_K, 12, "dequantize_row_q4_K"}, K{DType::Q5_K, 13, "dequantize_row_q5_K"},
-                     K{DType::Q6_K, 14, "dequantize_row_q6_K"}}) {
+                     K{DType::Q6_K, 14, "dequantize_row_q6_K"}, K{DType::Q3_K, 11, "dequantize_row_q3_K"},
+                     K{DType::Q2_K, 10, "dequantize_row_q2_K"}, K{DType::IQ4_NL, 20, "dequantize_row_iq4_nl"},
+                     K{DType::IQ4_XS, 23, "dequantize_row_iq4_xs"}}) {
     SCOPED_TRACE(std::string(dtype_name(k.t)));
     auto dq = reinterpret_cast<Ggml::Dequantize>(dlsym(g->lib, k.dequantizer));
     ASSERT_NE(dq, nullptr);

@@ -21,8 +21,11 @@
 #            fraction of the spread, and the first 16 greedy tokens equal (or, where they part,
 #            llama.cpp's own two candidates within 0.15 of each other: a near tie).
 # Also checks that each file holds the types it is meant to test, and that `efim convert
-# --dtype q4_k_m|q5_k_m|q6_k|q4_1|q5_0|q5_1` writes llama.cpp's type for every tensor (of the
-# mixture of experts too, for q4_k_m|q5_k_m|q6_k).
+# --dtype` of each of these file types writes llama.cpp's type for every tensor (of the mixture
+# of experts too, and with four query heads per KV head and with fallbacks on a 64-wide model,
+# for every file type llama_model_quantize takes among efim's: the _S and _L mixes too), that
+# llama.cpp agrees with efim on those files, and that their logits are as close to the f32
+# model's as those of llama.cpp's own files.
 # usage: llama_cpp_quant_parity.sh EFIM_BINARY
 set -euo pipefail
 EFIM=$1
@@ -160,7 +163,7 @@ sys.exit(0 if ratio <= 1.1 else 1)
 EOF
 }
 "$EFIM" logits "$WORK/t256-f32.gguf" --tokens "$IDS28" --all --out "$WORK/f32.f32" -t 2 >/dev/null
-for ft in q4_k_m q5_k_m q6_k q4_1 q5_0 q5_1; do
+for ft in q4_k_m q5_k_m q6_k q4_0 q4_1 q5_0 q5_1 iq4_nl iq4_xs q3_k_m q2_k; do
   FT=$(echo "$ft" | tr a-z A-Z)
   ours=$WORK/t256-efim-$ft.gguf
   "$EFIM" convert "$WORK/t256" -o "$ours" --dtype "$ft" >/dev/null || { fail "efim convert --dtype $ft"; continue; }
@@ -175,13 +178,31 @@ done
 
 # The same writer on the mixture of experts: stacked experts, the router f32, llama.cpp's
 # 8-expert rules (attn_k / attn_v Q8_0, attn_output Q5_K in Q4_K_M).
-for ft in q4_k_m q5_k_m q6_k; do
+for ft in q4_k_m q5_k_m q6_k iq4_xs q3_k_m q2_k; do
   FT=$(echo "$ft" | tr a-z A-Z)
   ours=$WORK/moe256-efim-$ft.gguf
   "$EFIM" convert "$WORK/moe256" -o "$ours" --dtype "$ft" >/dev/null || { fail "efim convert moe256 --dtype $ft"; continue; }
   echo "efim convert moe256 --dtype $ft:"
   same_types "$ours" "$WORK/moe256-$FT.gguf" || fail "moe256 $ft tensor types differ from llama.cpp's"
   compare "  efim's moe256 $ft, 28 tokens" "$ours" 300 "$IDS28" "--std-tol 0.1" 1 1
+done
+
+# Every file type's rules on two more shapes: 256 wide with 4 query heads per KV head (attn_v
+# more bits in Q2_K and IQ4_*), and 64 wide, where every K-quant and IQ4_XS row falls back
+# (Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL).
+for kind in llama256_gqa4 llama_gqa4; do
+  "$PY" "$ROOT/scripts/make_tiny_model.py" "$WORK/$kind" --kind $kind >/dev/null
+  cp "$WORK/tok300.json" "$WORK/$kind/tokenizer.json"
+  "$EFIM" convert "$WORK/$kind" -o "$WORK/$kind-f32.gguf" --dtype f32 >/dev/null
+  echo "efim convert $kind, every file type:"
+  for FT in "${FTYPES[@]}" Q3_K_S Q3_K_L Q4_K_S Q5_K_S Q8_0; do
+    ft=$(echo "$FT" | tr A-Z a-z)
+    theirs=$WORK/$kind-$FT.gguf ours=$WORK/$kind-efim-$ft.gguf
+    "$REF" quantize "$WORK/$kind-f32.gguf" "$theirs" "$FT" >/dev/null 2>&1 || { fail "llama_model_quantize $kind $FT"; continue; }
+    "$EFIM" convert "$WORK/$kind" -o "$ours" --dtype "$ft" >/dev/null || { fail "efim convert $kind --dtype $ft"; continue; }
+    same_types "$ours" "$theirs" >/dev/null || { same_types "$ours" "$theirs"; fail "$kind $ft tensor types differ from llama.cpp's"; }
+  done
+  compare "  efim's $kind q2_k, 28 tokens" "$WORK/$kind-efim-q2_k.gguf" 300 "$IDS28" "--std-tol 0.1" 1
 done
 
 if [ $failures -ne 0 ]; then echo "llama.cpp quant parity: $failures check(s) failed"; exit 1; fi

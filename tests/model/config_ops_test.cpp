@@ -509,5 +509,28 @@ TEST(Attention, LongContextUsesSmallQueryBlocks) {
   check_attention(4, 1, 16, {5000}, {70}, 2);  // scores budget forces query blocks < 70
 }
 
+// `efim convert --dtype`: llama-quantize's file type names, its aliases (Q3_K, Q4_K, Q5_K are
+// the _M mixes), each type's base type and llama_ftype value, and an error listing the names.
+TEST(ConvertFileType, LlamaQuantizeNames) {
+  EXPECT_EQ(file_type_from_name("q4_k_m"), FileType::Q4_K_M);
+  EXPECT_EQ(file_type_from_name("q4_k"), FileType::Q4_K_M);
+  EXPECT_EQ(file_type_from_name("q3_k"), FileType::Q3_K_M);
+  EXPECT_EQ(file_type_from_name("q5_k"), FileType::Q5_K_M);
+  EXPECT_EQ(file_type_from_name("iq4_xs"), FileType::IQ4_XS);
+  EXPECT_EQ(static_cast<uint32_t>(file_type_from_name("iq4_xs")), 30u);  // LLAMA_FTYPE_MOSTLY_IQ4_XS
+  EXPECT_EQ(static_cast<uint32_t>(file_type_from_name("q2_k")), 10u);
+  EXPECT_EQ(file_type_base(FileType::Q3_K_L), DType::Q3_K);
+  EXPECT_EQ(file_type_base(FileType::IQ4_NL), DType::IQ4_NL);
+  EXPECT_EQ(file_type_base(FileType::BF16), DType::BF16);
+  EXPECT_EQ(file_type_name(FileType::Q5_K_S), "q5_k_s");
+  for (const char* name : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k",
+                           "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m",
+                           "q6_k", "iq4_nl", "iq4_xs"})
+    EXPECT_EQ(file_type_name(file_type_from_name(name)), name);
+  const std::string err = error_of([] { file_type_from_name("iq2_xs"); });
+  EXPECT_NE(err.find("unknown type 'iq2_xs' (expected one of f32, f16"), std::string::npos) << err;
+  EXPECT_NE(err.find("iq4_xs"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace efim
