@@ -96,6 +96,10 @@ KINDS["qwen3_moe"] = dict(KINDS["qwen3"], architectures=["Qwen3MoeForCausalLM"],
                           model_type="qwen3_moe", tie_word_embeddings=False,
                           moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
                           norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
+# The same model saved as transformers 5 may save it: each layer's experts fused into
+# mlp.experts.gate_up_proj [n_experts, 2 * moe_intermediate, hidden] (gate rows, then up rows)
+# and mlp.experts.down_proj [n_experts, hidden, moe_intermediate] (same weights, same seed).
+KINDS["qwen3_moe_fused"] = dict(KINDS["qwen3_moe"], _fused_experts=True)
 # The mixture of experts again with every width a multiple of 256.
 KINDS["qwen3_moe256"] = dict(KINDS["qwen3_moe"], hidden_size=256, head_dim=64,
                              intermediate_size=512, moe_intermediate_size=256)
@@ -212,6 +216,20 @@ def write_safetensors(path, entries):
             f.write(data)
 
 
+def fuse_experts(cfg, tensors):
+    """Per-expert gate/up/down_proj tensors -> transformers 5's fused gate_up_proj / down_proj."""
+    out = {}
+    for layer in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{layer}.mlp.experts."
+        n = cfg["num_experts"]
+        out[p + "gate_up_proj"] = np.stack([
+            np.concatenate([tensors.pop(f"{p}{e}.gate_proj.weight"),
+                            tensors.pop(f"{p}{e}.up_proj.weight")]) for e in range(n)])
+        out[p + "down_proj"] = np.stack([tensors.pop(f"{p}{e}.down_proj.weight") for e in range(n)])
+    tensors.update(out)
+    return tensors
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
@@ -222,9 +240,12 @@ def main():
     args = ap.parse_args()
 
     cfg = dict(KINDS[args.kind])
+    fused = cfg.pop("_fused_experts", False)
     cfg["torch_dtype"] = "float32" if args.dtype == "f32" else "bfloat16"
     rng = np.random.default_rng(args.seed)
     tensors = make_tensors(cfg, rng)
+    if fused:
+        tensors = fuse_experts(cfg, tensors)
 
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "config.json"), "w") as f:

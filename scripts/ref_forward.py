@@ -53,12 +53,26 @@ def read_safetensors(path):
 def read_folder(model_dir):
     index = os.path.join(model_dir, "model.safetensors.index.json")
     if not os.path.exists(index):
-        return read_safetensors(os.path.join(model_dir, "model.safetensors"))
+        return unfuse_experts(read_safetensors(os.path.join(model_dir, "model.safetensors")))
     with open(index) as f:
         files = sorted(set(json.load(f)["weight_map"].values()))
     tensors = {}
     for fname in files:
         tensors.update(read_safetensors(os.path.join(model_dir, fname)))
+    return unfuse_experts(tensors)
+
+
+def unfuse_experts(tensors):
+    """transformers 5's fused experts (mlp.experts.gate_up_proj [E, 2I, H]: gate rows, then up
+    rows; mlp.experts.down_proj [E, H, I]) as one tensor per expert and role."""
+    for name in [n for n in tensors if n.endswith(".mlp.experts.gate_up_proj")]:
+        p = name[: -len("gate_up_proj")]
+        gate_up, down = tensors.pop(name), tensors.pop(p + "down_proj")
+        inter = gate_up.shape[1] // 2
+        for e in range(gate_up.shape[0]):
+            tensors[f"{p}{e}.gate_proj.weight"] = gate_up[e, :inter]
+            tensors[f"{p}{e}.up_proj.weight"] = gate_up[e, inter:]
+            tensors[f"{p}{e}.down_proj.weight"] = down[e]
     return tensors
 
 

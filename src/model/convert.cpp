@@ -83,9 +83,10 @@ struct Job {
   bool output = false;   // the output matrix, or the embedding when the head is tied to it
   int64_t layer = -1;
   std::string role = {};  // the layer role (TensorNames::layer), empty outside the layers
-  // More HF tensors of hf's shape, stacked after it into one [1 + n, rows, cols] tensor (the
-  // experts of a layer: llama.cpp's blk.N.ffn_*_exps).
-  std::vector<std::string> stack = {};
+  // Non-empty (gate, up or down): the layer's experts of that role stacked into one
+  // [n_experts, rows, cols] tensor (llama.cpp's blk.N.ffn_*_exps), read through the binder
+  // (HF's tensor per expert or transformers 5's fused gate_up_proj / down_proj); hf is unused.
+  std::string experts = {};
   bool keep_f32 = false;  // the expert router stays f32, as llama.cpp's converter and quantizer keep it
 };
 
@@ -135,9 +136,8 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
       jobs.back().keep_f32 = true;
       for (const char* role : {"gate", "up", "down"}) {
         Job j;
-        j.hf = TensorNames::expert(hf, l, 0, role);
         j.gguf = TensorNames::expert(gg, l, 0, role);
-        for (int64_t e = 1; e < c.n_experts; ++e) j.stack.push_back(TensorNames::expert(hf, l, e, role));
+        j.experts = role;
         j.layer = l;
         j.role = role;
         jobs.push_back(std::move(j));
@@ -223,9 +223,10 @@ DType layer_rule(FileType ft, const ModelConfig& c, const Job& job, DType t) {
   return t;
 }
 
+// shape: the tensor to write ([rows, cols], [n_experts, rows, cols] or a vector's [n]).
 DType choose_dtype(const ConvertOptions& o, const ModelConfig& c, const Job& job,
-                   const TensorView& t) {
-  if (t.shape.size() != 2 || job.keep_f32) return DType::F32;  // norms, biases, the router
+                   const std::vector<int64_t>& shape) {
+  if (shape.size() < 2 || job.keep_f32) return DType::F32;  // norms, biases, the router
   const DType base = o.file_type ? file_type_base(*o.file_type) : o.out_dtype;
   if (!is_quantized(base)) return base;
   DType want = base;
@@ -234,7 +235,7 @@ DType choose_dtype(const ConvertOptions& o, const ModelConfig& c, const Job& job
   } else if (o.file_type && job.layer >= 0) {
     want = layer_rule(*o.file_type, c, job, want);
   }
-  while (is_quantized(want) && t.shape[1] % dtype_info(want).block_elems != 0)
+  while (is_quantized(want) && shape.back() % dtype_info(want).block_elems != 0)
     want = fallback(want);
   return want;
 }
@@ -264,7 +265,8 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   const uint32_t file_type = ggml_file_type(o);  // checks that out_dtype is writable
   ModelConfig c = config_from_hf_file((fs::path(o.input_dir) / "config.json").string());
   auto src = SafetensorsFolder::open(o.input_dir);
-  bind_weights(c, *src, WeightNaming::HF);  // checks every shape and dtype up front
+  // Checks every shape and dtype up front; the experts are read through it.
+  const ModelWeights bound = bind_weights(c, *src, WeightNaming::HF);
 
   ConvertResult res;
   res.config = c;
@@ -299,22 +301,29 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   std::vector<float> f32;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& job = jobs[i];
-    TensorView t = *src->find(job.hf);  // present: bind_weights checked
-    const int64_t n_parts = 1 + static_cast<int64_t>(job.stack.size());
-    f32.resize(static_cast<size_t>(t.numel() * n_parts));
-    dequantize(t.data, t.numel(), t.dtype, f32.data());
-    for (int64_t p = 1; p < n_parts; ++p) {  // same shape: bind_weights checked
-      TensorView part = *src->find(job.stack[p - 1]);
-      dequantize(part.data, part.numel(), part.dtype, f32.data() + p * t.numel());
+    std::vector<int64_t> shape;
+    if (!job.experts.empty()) {  // [n_experts, rows, cols]
+      const LayerWeights& l = bound.layers[static_cast<size_t>(job.layer)];
+      const std::vector<cpu::WeightMatrix>& m = job.experts == "gate" ? l.expert_gate
+                                                : job.experts == "up" ? l.expert_up
+                                                                      : l.expert_down;
+      const int64_t n = m[0].rows * m[0].cols;
+      shape = {c.n_experts, m[0].rows, m[0].cols};
+      f32.resize(static_cast<size_t>(c.n_experts * n));
+      for (int64_t e = 0; e < c.n_experts; ++e)
+        dequantize(m[e].data, n, m[e].dtype, f32.data() + e * n);
+    } else {
+      TensorView t = *src->find(job.hf);  // present: bind_weights checked
+      shape = t.shape;
+      f32.resize(static_cast<size_t>(t.numel()));
+      dequantize(t.data, t.numel(), t.dtype, f32.data());
     }
-    const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
+    const int64_t cols = shape.size() >= 2 ? shape.back() : 1;
     if (job.permute_heads > 0) permute_rope_rows(f32.data(), job.permute_heads, c.head_dim, cols);
     if (job.add != 0.0f)
       for (float& v : f32) v += job.add;
-    const DType dt = choose_dtype(o, c, job, t);
-    std::vector<uint8_t> bytes = quantize(f32.data(), t.numel() * n_parts, dt);
-    std::vector<int64_t> shape = t.shape;
-    if (n_parts > 1) shape.insert(shape.begin(), n_parts);
+    const DType dt = choose_dtype(o, c, job, shape);
+    std::vector<uint8_t> bytes = quantize(f32.data(), static_cast<int64_t>(f32.size()), dt);
     w.add_tensor(job.gguf, dt, shape, bytes.data(), bytes.size());
     res.tensor_bytes += bytes.size();
     ++res.n_tensors;

@@ -76,24 +76,40 @@ std::vector<float> bind_vector(const TensorSource& src, const std::string& name,
   return out;
 }
 
-// The experts' matrices of one role: HF has one [rows, cols] tensor per expert, GGUF one
-// [n_experts, rows, cols] tensor whose expert e starts e * rows rows in.
+// The experts' [rows, cols] matrices inside one stacked tensor [n_experts, parts * rows, cols]:
+// expert e's is its part `part` (rows e * parts * rows + part * rows on), bound in place.
+std::vector<cpu::WeightMatrix> stacked_experts(const ModelConfig& c, const TensorSource& src,
+                                               const std::string& name, int64_t parts,
+                                               int64_t part, int64_t rows, int64_t cols) {
+  const cpu::WeightMatrix all =  // [n_experts * parts * rows, cols]
+      check_matrix(require(src, name, {c.n_experts, parts * rows, cols}), name,
+                   c.n_experts * parts * rows, cols);
+  const uint64_t part_bytes = static_cast<uint64_t>(rows) * dtype_row_bytes(all.dtype, cols);
+  std::vector<cpu::WeightMatrix> out;
+  for (int64_t e = 0; e < c.n_experts; ++e)
+    out.push_back(cpu::WeightMatrix{
+        all.dtype, rows, cols,
+        static_cast<const uint8_t*>(all.data) + (e * parts + part) * part_bytes});
+  return out;
+}
+
+// The experts' matrices of one role: HF has one [rows, cols] tensor per expert (or, as
+// transformers 5 saves them, gate and up fused into gate_up_proj [n_experts, 2 rows, cols] and
+// down_proj [n_experts, rows, cols]); GGUF one [n_experts, rows, cols] tensor per role.
 std::vector<cpu::WeightMatrix> bind_experts(const ModelConfig& c, const TensorSource& src,
                                             WeightNaming nm, int64_t layer, const char* role,
                                             int64_t rows, int64_t cols) {
-  std::vector<cpu::WeightMatrix> out;
-  if (nm == WeightNaming::HF) {
-    for (int64_t e = 0; e < c.n_experts; ++e)
-      out.push_back(bind_matrix(src, TensorNames::expert(nm, layer, e, role), rows, cols));
-    return out;
+  if (nm == WeightNaming::GGUF)
+    return stacked_experts(c, src, TensorNames::expert(nm, layer, 0, role), 1, 0, rows, cols);
+  const std::string_view r = role;
+  const std::string fused = TensorNames::fused_experts(layer, r == "down" ? "down" : "gate_up");
+  if (src.find(fused)) {
+    if (r == "down") return stacked_experts(c, src, fused, 1, 0, rows, cols);
+    return stacked_experts(c, src, fused, 2, r == "gate" ? 0 : 1, rows, cols);
   }
-  const std::string name = TensorNames::expert(nm, layer, 0, role);
-  const cpu::WeightMatrix all =  // [n_experts * rows, cols]
-      check_matrix(require(src, name, {c.n_experts, rows, cols}), name, c.n_experts * rows, cols);
-  const uint64_t expert_bytes = static_cast<uint64_t>(rows) * dtype_row_bytes(all.dtype, cols);
+  std::vector<cpu::WeightMatrix> out;
   for (int64_t e = 0; e < c.n_experts; ++e)
-    out.push_back(cpu::WeightMatrix{all.dtype, rows, cols,
-                                    static_cast<const uint8_t*>(all.data) + e * expert_bytes});
+    out.push_back(bind_matrix(src, TensorNames::expert(nm, layer, e, role), rows, cols));
   return out;
 }
 
@@ -181,6 +197,11 @@ std::string TensorNames::expert(WeightNaming n, int64_t layer, int64_t expert,
   if (n == WeightNaming::HF)
     return str("model.layers.", layer, ".mlp.experts.", expert, ".", role, "_proj.weight");
   return str("blk.", layer, ".ffn_", role, "_exps.weight");
+}
+
+std::string TensorNames::fused_experts(int64_t layer, const std::string& role) {
+  EFIM_CHECK(role == "gate_up" || role == "down", "weights: unknown fused expert role ", role);
+  return str("model.layers.", layer, ".mlp.experts.", role, "_proj");
 }
 
 ModelWeights bind_weights(const ModelConfig& c, const TensorSource& src, WeightNaming naming) {

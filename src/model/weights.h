@@ -59,6 +59,10 @@ struct TensorNames {
   // (expert is then ignored).
   static std::string expert(WeightNaming n, int64_t layer, int64_t expert,
                             const std::string& role);
+  // transformers 5's fused experts of a layer (HF only), role gate_up or down:
+  // model.layers.N.mlp.experts.gate_up_proj [n_experts, 2 * rows, cols] (gate rows, then up
+  // rows) and ...down_proj [n_experts, rows, cols].
+  static std::string fused_experts(int64_t layer, const std::string& role);
 };
 
 // Binds every tensor the config needs; throws Error naming the tensor with expected vs actual

@@ -280,6 +280,47 @@ TEST_F(TinyModels, GgufMoeStacksExpertsAndKeepsRouterF32) {
       << err;
 }
 
+// transformers 5 may save a Qwen3-MoE's experts fused (mlp.experts.gate_up_proj [8, 2 x 32, 64],
+// mlp.experts.down_proj [8, 64, 32]): bound in place, the same logits as the same weights saved
+// one tensor per expert, and `efim convert` writes the same GGUF tensors from either.
+TEST_F(TinyModels, TransformersFiveFusedExperts) {
+  const std::string fused = folder("qwen3_moe_fused", "f32"), split = folder("qwen3_moe", "f32");
+  auto hf = SafetensorsFolder::open(fused);
+  ASSERT_TRUE(hf->find("model.layers.1.mlp.experts.gate_up_proj"));
+  EXPECT_EQ(hf->find("model.layers.1.mlp.experts.gate_up_proj")->shape,
+            (std::vector<int64_t>{8, 64, 64}));
+  EXPECT_FALSE(hf->find("model.layers.1.mlp.experts.0.gate_proj.weight"));
+  EXPECT_EQ(max_abs_diff(ref(fused), ref(split)), 0.0f);  // the oracle unfuses: same weights
+  EXPECT_LE(diff_to_ref(fused, split), 1e-4f);
+  auto a = Model::load(fused, two_threads()), b = Model::load(split, two_threads());
+  EXPECT_EQ(all_logits(*a, tokens_), all_logits(*b, tokens_));
+  for (DType dt : {DType::F32, DType::Q8_0}) {
+    GgufFile fa = GgufFile::open(convert(fused, dt)), fb = GgufFile::open(convert(split, dt));
+    ASSERT_EQ(fa.tensors().size(), fb.tensors().size());
+    for (const auto& info : fb.tensors()) {
+      auto t = fb.find(info.name), u = fa.find(info.name);
+      ASSERT_TRUE(t && u) << info.name;
+      EXPECT_EQ(u->shape, t->shape) << info.name;
+      EXPECT_EQ(u->dtype, t->dtype) << info.name;
+      ASSERT_EQ(u->nbytes, t->nbytes) << info.name;
+      EXPECT_EQ(std::memcmp(u->data, t->data, t->nbytes), 0) << info.name;
+    }
+  }
+  // A fused tensor of the wrong shape names itself and both shapes.
+  std::string err;
+  try {
+    ModelConfig wrong = config_from_hf_file(fused + "/config.json");
+    wrong.expert_intermediate = 16;
+    bind_weights(wrong, *hf, WeightNaming::HF);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("model.layers.0.mlp.experts.gate_up_proj has shape [8, 64, 64], expected "
+                     "[8, 32, 64]"),
+            std::string::npos)
+      << err;
+}
+
 TEST_F(TinyModels, ConverterCallsTokenizerHookAndProgress) {
   ConvertOptions o;
   o.input_dir = folder("qwen2", "bf16");
