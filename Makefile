@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: deps build test serve check-avx512 check-soak check-sanitize check-scaleout clean
+.PHONY: deps build test serve check-avx512 check-soak check-sanitize check-scaleout check-peer-infill clean
 SOAK_SECONDS ?= 600
 
 deps:
@@ -35,6 +35,11 @@ check-soak: build
 # each (scripts/scaleout.py, ~5 min). Last line: affinity reuse A, round-robin reuse B, failed F.
 check-scaleout: build
 	/usr/bin/python3 scripts/scaleout.py $(BUILD)/bin/efim models/efim-tiny-q8_0.gguf --check
+
+# Optional: the typing workload against efim serve and llama.cpp's llama-server (built from the
+# bundled source, ~20 min the first time) on the same GGUF (scripts/check_peer_infill.sh).
+check-peer-infill: build
+	./scripts/check_peer_infill.sh
 
 # Optional: the unit and end-to-end tests built with ASan, UBSan and LSan.
 check-sanitize: deps

@@ -63,9 +63,9 @@ double percentile_of(std::vector<double> v, double q) {
 
 void add_same_text(const std::vector<SchemeResult>& results, std::vector<SchemeSummary>& rows) {
   for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].speculative != "ngram") continue;
+    if (results[i].speculative != "ngram" || !results[i].peer.empty()) continue;
     for (const SchemeResult& plain : results) {
-      if (plain.scheme != results[i].scheme || plain.speculative != "off" ||
+      if (plain.scheme != results[i].scheme || plain.speculative != "off" || !plain.peer.empty() ||
           plain.requests.size() != results[i].requests.size())
         continue;
       size_t same = 0;
@@ -79,6 +79,7 @@ void add_same_text(const std::vector<SchemeResult>& results, std::vector<SchemeS
 SchemeSummary summarize(const SchemeResult& r) {
   SchemeSummary s;
   s.name = std::string(scheme_name(r.scheme));
+  if (!r.peer.empty()) s.name += " (" + r.peer + ")";
   s.speculative = r.speculative == "ngram";
   s.requests = r.requests.size();
   s.wall_s = r.wall_s;

@@ -42,12 +42,12 @@ struct SchemeSummary {
   // sampling step (every step draws one token plus the drafts it accepted: G / (G - A)).
   bool speculative = false;
   std::optional<double> acceptance_rate, tokens_per_step;
-  // Against the same scheme without speculation (when it ran): requests whose text is the same.
-  // (With both, the caller names the speculating row "<scheme>+spec".)
+  // Against efim's row of the same scheme without speculation (when it ran): requests whose
+  // text is the same. (With both, the caller names the speculating row "<scheme>+spec".)
   std::optional<size_t> same_text;
 };
 
-// For each "+spec" row with its plain row: same_text (requests in the same order).
+// For each "+spec" row with efim's plain row: same_text (requests in the same order).
 void add_same_text(const std::vector<SchemeResult>& results, std::vector<SchemeSummary>& rows);
 
 SchemeSummary summarize(const SchemeResult& r);

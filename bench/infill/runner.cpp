@@ -93,6 +93,7 @@ SchemeResult run_scheme(const FimLayout& layout, const Workload& w, Scheme s,
   SchemeResult out;
   out.scheme = s;
   out.speculative = opts.speculative;
+  if (!opts.peer_llama_server.empty()) out.peer = "llama-server";
   out.max_tokens = opts.sampling.output_tokens;
   // Prompts are built before the clock starts: client-side tokenization is not served time.
   std::vector<std::vector<nlohmann::json>> bodies(w.users.size());
@@ -117,13 +118,21 @@ SchemeResult run_scheme(const FimLayout& layout, const Workload& w, Scheme s,
     spec.kv_cache_mb = opts.kv_cache_mb;
     spec.max_requests = opts.max_requests;
     spec.speculative = opts.speculative;
+    if (!out.peer.empty()) {
+      EFIM_CHECK(!is_auto(s), "the peer llama-server takes token prompts: scheme ",
+                 scheme_name(s), " sends text with a suffix");
+      spec.peer = out.peer;
+      spec.exe = opts.peer_llama_server;
+      spec.peer_slots = std::max<int>(1, int(w.users.size()));
+      spec.peer_slot_ctx = opts.peer_slot_ctx;
+    }
     std::string dir = opts.log_dir;
     if (dir.empty()) {  // one folder per run: concurrent runs do not share log files
       dir =
           (std::filesystem::temp_directory_path() / str("efim_bench_infill_", ::getpid())).string();
       std::filesystem::create_directories(dir);
     }
-    spec.log_path = str(dir, "/serve-", scheme_name(s), ".log");
+    spec.log_path = str(dir, "/serve-", scheme_name(s), out.peer.empty() ? "" : "-", out.peer, ".log");
     out.serve_command = serve_argv(spec);
     server = std::make_unique<ServerProcess>(spec);
     c.url = server->url();

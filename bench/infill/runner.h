@@ -27,6 +27,10 @@ struct RunOptions {
   std::string log_dir;   // server logs (serve-<scheme>.log)
   bool progress = true;  // a progress line on stderr
   double request_timeout_s = 600;
+  // Non-empty: serve with llama.cpp's llama-server at this path instead of `efim serve` (the
+  // peer), one slot per user of peer_slot_ctx tokens each.
+  std::string peer_llama_server;
+  int64_t peer_slot_ctx = 0;
 };
 
 struct RequestRecord {
@@ -37,6 +41,7 @@ struct RequestRecord {
 struct SchemeResult {
   Scheme scheme = Scheme::cache_psm;
   std::string speculative;                 // the server's --speculative ("": its default)
+  std::string peer;                        // "": efim served; "llama-server": the peer did
   std::string server;                      // URL benchmarked
   std::vector<std::string> serve_command;  // empty with RunOptions::server_url
   std::vector<RequestRecord> requests;     // ordered by user, then round

@@ -1,6 +1,9 @@
 #include "bench/infill/server_process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <httplib.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -53,7 +56,34 @@ std::string exit_text(int status) {
 
 }  // namespace
 
+// A TCP port nothing listens on now (bound to port 0, then released).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EFIM_CHECK(fd >= 0, "socket() failed while picking a port for the peer server");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  EFIM_CHECK(ok, "could not bind a free port for the peer server");
+  return ntohs(addr.sin_port);
+}
+
+std::vector<std::string> peer_argv(const ServeSpec& s) {
+  EFIM_CHECK(s.peer == "llama-server", "unknown peer server '", s.peer, "' (llama-server)");
+  std::vector<std::string> a = {s.exe, "-m", s.model, "--host", "127.0.0.1", "--port",
+                                std::to_string(s.port), "-np", std::to_string(s.peer_slots),
+                                "-c", std::to_string(s.peer_slots * s.peer_slot_ctx)};
+  if (s.threads > 0) {
+    a.insert(a.end(), {"-t", std::to_string(s.threads), "-tb", std::to_string(s.threads)});
+  }
+  return a;
+}
+
 std::vector<std::string> serve_argv(const ServeSpec& s) {
+  if (!s.peer.empty()) return peer_argv(s);
   std::vector<std::string> a = {s.exe,
                                 "serve",
                                 s.model,
@@ -98,8 +128,13 @@ bool wait_healthy(const std::string& url, double timeout_s) {
   return false;
 }
 
-ServerProcess::ServerProcess(const ServeSpec& spec) : spec_(spec) {
+ServerProcess::ServerProcess(const ServeSpec& given) : spec_(given) {
+  ServeSpec& spec = spec_;
   EFIM_CHECK(!spec.log_path.empty(), "ServeSpec.log_path is empty");
+  if (!spec.peer.empty()) {
+    spec.port = free_port();
+    url_ = str("http://127.0.0.1:", spec.port);
+  }
   const std::vector<std::string> args = serve_argv(spec);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -112,6 +147,23 @@ ServerProcess::ServerProcess(const ServeSpec& spec) : spec_(spec) {
   pid_ = ::fork();
   EFIM_CHECK(pid_ >= 0, "fork failed for '", spec.exe, " serve'");
   if (pid_ == 0) exec_child(spec.log_path.c_str(), argv);
+  if (!spec.peer.empty()) {  // its port is ours; it answers /health 200 once the model loaded
+    const auto t0 = Clock::now();
+    while (!wait_healthy(url_, 0.5)) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        fail(spec.peer, " exited before serving (", exit_text(status), "); log ", spec.log_path,
+             ":\n", log_tail(spec.log_path));
+      }
+      if (seconds_since(t0) > spec.start_timeout_s) {
+        stop();
+        fail(spec.peer, " at ", url_, " did not answer /health within ", spec.start_timeout_s,
+             " s; log:\n", log_tail(spec.log_path));
+      }
+    }
+    return;
+  }
 
   // "efim: serving MODEL on http://HOST:PORT (infill mode M)"
   static const std::regex line(R"(efim: serving .* on (http://[^ :/]+:[0-9]+))");

@@ -1,6 +1,8 @@
 // One `efim serve` child process per scheme, so no prefix cache carries across schemes: it
 // starts on --port 0, the port is read from its log line "efim: serving ... on http://H:P",
 // and it is ready once GET /health answers 200. The destructor stops it (SIGTERM, then SIGKILL).
+// Or, as the peer, llama.cpp's llama-server on the same model: on a free port picked first,
+// with one slot per user and the context they need, ready once /health answers 200.
 #pragma once
 
 #include <sys/types.h>
@@ -23,6 +25,12 @@ struct ServeSpec {
   std::string speculative;  // --speculative ("" = the server's default)
   std::string log_path;  // where the server's stderr goes
   double start_timeout_s = 120;
+  // Non-empty: exe is llama.cpp's llama-server ("llama-server"), run with -np peer_slots and
+  // -c peer_slots * peer_slot_ctx (its KV in its default f16); the efim-only fields are unused.
+  std::string peer;
+  int peer_slots = 1;
+  int64_t peer_slot_ctx = 0;
+  int port = 0;  // the peer's port (ServerProcess picks a free one)
 };
 
 // The argument vector ServerProcess runs (exe first), exposed for tests and the report.

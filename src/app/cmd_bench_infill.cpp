@@ -33,6 +33,7 @@ struct BenchInfillArgs {
   SamplingSpec sampling;
   int threads = 0, kv_cache_mb = 512, max_requests = 0;
   std::string speculative = "off";  // off, ngram or both (each scheme twice)
+  std::string peer_llama_server;   // llama-server binary: each token-prompt scheme again with it
   bool no_progress = false;
 };
 
@@ -89,6 +90,7 @@ nlohmann::json config_json(const BenchInfillArgs& a, const Workload& w, const Fi
           {"max_requests", a.max_requests},
           {"speculative", a.speculative},
           {"server_url", a.server_url},
+          {"peer_llama_server", a.peer_llama_server},
           {"client_cores", std::thread::hardware_concurrency()},
           {"date", when},
           {"user_files", files}};
@@ -112,6 +114,10 @@ void run_bench_infill(BenchInfillArgs& a) {
              "--speculative takes off, ngram or both, got '", a.speculative, "'");
   EFIM_CHECK(a.server_url.empty() || a.speculative != "both",
              "--speculative both starts two servers; with --server give off or ngram");
+  EFIM_CHECK(a.peer_llama_server.empty() || a.server_url.empty(),
+             "--peer-llama-server starts its own servers: not with --server");
+  EFIM_CHECK(a.peer_llama_server.empty() || is_gguf_path(a.model),
+             "--peer-llama-server serves the same file: give a .gguf model, not '", a.model, "'");
   EFIM_CHECK(a.workload.rounds >= 1 && a.sampling.output_tokens >= 1,
              "--rounds and --output-tokens must be >= 1");
   const Tokenizer tok = load_tokenizer(a.model);
@@ -149,6 +155,17 @@ void run_bench_infill(BenchInfillArgs& a) {
       results.push_back(run_scheme(layout, w, s, ro));
       rows.push_back(summarize(results.back()));
       if (modes.size() > 1 && mode == "ngram") rows.back().name += "+spec";
+    }
+    // The peer on the same token prompts (it always caches: no row for nocache-psm).
+    if (!a.peer_llama_server.empty() && !is_auto(s) && scheme_server(s).prefix_cache) {
+      RunOptions peer = ro;
+      peer.speculative = "off";
+      peer.peer_llama_server = a.peer_llama_server;
+      // Each user's slot holds its longest prompt and the output, in 256-token steps.
+      const int64_t longest = int64_t(max_prompt_tokens(layout, w.users));
+      peer.peer_slot_ctx = (longest + a.sampling.output_tokens + 255) / 256 * 256;
+      results.push_back(run_scheme(layout, w, s, peer));
+      rows.push_back(summarize(results.back()));
     }
   }
   add_ratios(rows);
@@ -216,6 +233,11 @@ void register_bench_infill(CLI::App& bench) {
                   "Server speculative decoding: ngram, off, or both (each scheme twice: rows "
                   "without and with '+spec', and how many texts are the same)")
       ->capture_default_str();
+  cmd->add_option("--peer-llama-server", a->peer_llama_server,
+                  "Path to llama.cpp's llama-server (peers/llama_cpp/build_server.sh builds it): "
+                  "each token-prompt scheme is run again against it on the same GGUF and "
+                  "workload (one slot per user, its default f16 K/V), rows '<scheme> "
+                  "(llama-server)'");
   cmd->add_option("--out", a->out_dir, "Write bench_infill.json, .md, .svg and server logs here");
   cmd->add_flag("--no-progress", a->no_progress, "No progress line on stderr");
   cmd->callback([a] { run_bench_infill(*a); });

@@ -177,5 +177,26 @@ TEST(BenchSchemes, ServeCommand) {
   EXPECT_EQ(argv[16], "exact");
 }
 
+// The peer: llama.cpp's llama-server on the same file, one slot per user of the given context,
+// the same threads; other peers are refused.
+TEST(BenchSchemes, PeerLlamaServerCommand) {
+  ServeSpec s;
+  s.exe = "/deps/llama-server";
+  s.model = "m.gguf";
+  s.peer = "llama-server";
+  s.peer_slots = 4;
+  s.peer_slot_ctx = 1280;
+  s.port = 8099;
+  s.threads = 2;
+  EXPECT_EQ(serve_argv(s),
+            (std::vector<std::string>{"/deps/llama-server", "-m", "m.gguf", "--host",
+                                      "127.0.0.1", "--port", "8099", "-np", "4", "-c", "5120",
+                                      "-t", "2", "-tb", "2"}));
+  s.threads = 0;  // its default
+  EXPECT_EQ(serve_argv(s).size(), 11u);
+  s.peer = "vllm";
+  EXPECT_THROW(serve_argv(s), Error);
+}
+
 }  // namespace
 }  // namespace efim::bench
