@@ -37,7 +37,7 @@ check-scaleout: build
 	/usr/bin/python3 scripts/scaleout.py $(BUILD)/bin/efim models/efim-tiny-q8_0.gguf --check
 
 # Optional: the typing workload against efim serve and llama.cpp's llama-server (built from the
-# bundled source, ~20 min the first time) on the same GGUF (scripts/check_peer_infill.sh).
+# bundled source, ~10 min the first time) on the same GGUF (scripts/check_peer_infill.sh).
 check-peer-infill: build
 	./scripts/check_peer_infill.sh
 

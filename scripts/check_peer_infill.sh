@@ -2,7 +2,7 @@
 # Optional (make check-peer-infill): the paper's typing workload against efim serve and against
 # llama.cpp's own llama-server on the same GGUF, same prompts, same threads (efim bench infill
 # --peer-llama-server). Builds llama-server from the bundled source first (peers/llama_cpp/
-# build_server.sh: ~15-25 min on 2 cores the first time). Writes out/peer-infill/.
+# build_server.sh: ~10 min on 2 cores the first time). Writes out/peer-infill/.
 # usage: check_peer_infill.sh [MODEL.gguf] [extra efim bench infill options]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

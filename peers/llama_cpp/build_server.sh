@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's own `llama-server` from the bundled source (.deps/llama.cpp) into
 # .deps/llama-server/bin/llama-server: the peer of `efim bench infill --peer llama-server`
-# (make check-peer-infill). Optional, not part of `make test`: ~15-25 min on 2 cores the first
+# (make check-peer-infill). Optional, not part of `make test`: ~10 min on 2 cores the first
 # time. CPU only, native instruction set (the same machine runs both servers), no web UI, no
 # HTTPS, no downloads. Idempotent: cmake rebuilds only what changed.
 set -euo pipefail

@@ -182,13 +182,21 @@ struct UQ6_K {
 struct UIQ4_XS {
   using Block = BlockIQ4_XS;
   static constexpr bool kSigned = true, kMins = false, kSub16 = false, kFolded = false;
+  // The 8 6-bit scales ls_j (byte j of one word): nibble j of scales_l spread to byte j, and
+  // bit pair j of scales_h spread to bits 4-5 of byte j, by shifts and masks (no loop).
   static Scales prepare(const Block& b) {
-    uint8_t ls[8];
-    for (int j = 0; j < 8; ++j)
-      ls[j] = static_cast<uint8_t>(((b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) |
-                                   (((b.scales_h >> (2 * j)) & 3) << 4));
-    const __m256i sc = _mm256_sub_epi16(bytes_twice(load_u32(ls), load_u32(ls + 4)),
-                                        _mm256_set1_epi16(32));
+    uint64_t lo = load_u32(b.scales_l);  // nibble j -> low nibble of byte j
+    lo = (lo | (lo << 16)) & 0x0000ffff0000ffffULL;
+    lo = (lo | (lo << 8)) & 0x00ff00ff00ff00ffULL;
+    lo = (lo | (lo << 4)) & 0x0f0f0f0f0f0f0f0fULL;
+    uint64_t hi = b.scales_h;  // bit pair j -> bits 0-1 of byte j
+    hi = (hi | (hi << 24)) & 0x000000ff000000ffULL;
+    hi = (hi | (hi << 12)) & 0x000f000f000f000fULL;
+    hi = (hi | (hi << 6)) & 0x0303030303030303ULL;
+    const uint64_t ls = lo | (hi << 4);
+    const __m256i sc = _mm256_sub_epi16(
+        bytes_twice(static_cast<uint32_t>(ls), static_cast<uint32_t>(ls >> 32)),
+        _mm256_set1_epi16(32));
     return {sc, _mm256_setzero_si256(), f16(b.d), 0.0f};
   }
   static __m256i chunk(const Block& b, int c) {
