@@ -248,6 +248,7 @@ struct UQ4_1 {
   using Block = BlockQ4_1;
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
+  static constexpr bool kMin = true;  // m_w is stored (else 0)
   static __m256i block(const Block& b, float& d, float& m) {
     d = f16(b.d);
     m = f16(b.m);
@@ -258,6 +259,7 @@ struct UQ5_0 {
   using Block = BlockQ5_0;
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 16;
+  static constexpr bool kMin = false;  // m_w is stored (else 0)
   static __m256i block(const Block& b, float& d, float& m) {
     d = f16(b.d);
     m = 0.0f;
@@ -268,6 +270,7 @@ struct UQ5_1 {
   using Block = BlockQ5_1;
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
+  static constexpr bool kMin = true;  // m_w is stored (else 0)
   static __m256i block(const Block& b, float& d, float& m) {
     d = f16(b.d);
     m = f16(b.m);
@@ -278,6 +281,7 @@ struct UIQ4_NL {
   using Block = BlockIQ4_NL;
   static constexpr bool kSigned = true;
   static constexpr int kOffset = 0;
+  static constexpr bool kMin = false;  // m_w is stored (else 0)
   static __m256i block(const Block& b, float& d, float& m) {
     d = f16(b.d);
     m = 0.0f;

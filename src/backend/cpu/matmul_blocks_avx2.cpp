@@ -110,7 +110,7 @@ void row_dot_32(const uint8_t* wrow, const QuantizedRows& a, int64_t i0, float* 
       if constexpr (U::kOffset != 0)  // one lane carries -o * sum(a): the lane sum is the dot
         dot = _mm256_sub_epi32(dot, _mm256_zextsi128_si256(_mm_cvtsi32_si128(U::kOffset * a.sum[at])));
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.d[at]), acc[i]);
-      off[i] += m * a.s[at];
+      if constexpr (U::kMin) off[i] += m * a.s[at];
     }
   }
 #pragma GCC unroll 4
