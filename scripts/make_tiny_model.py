@@ -91,6 +91,10 @@ KINDS["starcoder2_swa"] = dict(KINDS["starcoder2"], sliding_window=8)
 # IQ4_NL, IQ4_XS); 64 wide, every K-quant row falls back; 256 wide, none does.
 KINDS["llama_gqa4"] = dict(KINDS["llama"], num_key_value_heads=1)
 KINDS["llama256_gqa4"] = dict(KINDS["llama256"], num_key_value_heads=1)
+# 80 layers: llama.cpp's quantizer takes such a llama (with grouped KV heads) or qwen2 for a 70B
+# and gives its attn_v more bits.
+KINDS["llama80_gqa4"] = dict(KINDS["llama_gqa4"], num_hidden_layers=80)
+KINDS["qwen2_80"] = dict(KINDS["qwen2"], num_hidden_layers=80)
 # qwen3's attention with a mixture of experts in every layer, untied.
 KINDS["qwen3_moe"] = dict(KINDS["qwen3"], architectures=["Qwen3MoeForCausalLM"],
                           model_type="qwen3_moe", tie_word_embeddings=False,

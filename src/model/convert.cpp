@@ -179,8 +179,8 @@ DType fallback(DType t) {
 }
 
 // llama.cpp's type for a matrix of the layers (llama_tensor_get_type_impl, for the file types
-// above, without an importance matrix; efim's architectures are none of its special cases but
-// Llama 70B's 80 layers). The layer index counts attn_v and ffn_down tensors as llama.cpp's
+// above, without an importance matrix; of its special cases only the 70B type applies to
+// efim's architectures). The layer index counts attn_v and ffn_down tensors as llama.cpp's
 // i_attention_wv / i_ffn_down do: one per layer.
 DType layer_rule(FileType ft, const ModelConfig& c, const Job& job, DType t) {
   using F = FileType;
@@ -194,8 +194,11 @@ DType layer_rule(FileType ft, const ModelConfig& c, const Job& job, DType t) {
     else if ((ft == F::IQ4_NL || ft == F::IQ4_XS) && gqa4) t = DType::Q5_K;
     else if ((ft == F::Q4_K_M || ft == F::Q5_K_M) && use_more_bits(i, n)) t = DType::Q6_K;
     else if (ft == F::Q4_K_S && i < 4) t = DType::Q5_K;
-    const bool llama70b = c.arch == ModelArch::Llama && n == 80;  // llama.cpp's LLM_TYPE_70B
-    if (llama70b && (t == DType::Q3_K || t == DType::Q4_K)) t = DType::Q5_K;
+    // llama.cpp's LLM_TYPE_70B: 80 layers of llama with grouped KV heads (Llama 2/3 70B,
+    // CodeLlama 70B) or of qwen2 (Qwen2(.5) 72B).
+    const bool type70b = n == 80 && ((c.arch == ModelArch::Llama && c.n_heads != c.n_kv_heads) ||
+                                      c.arch == ModelArch::Qwen2);
+    if (type70b && (t == DType::Q3_K || t == DType::Q4_K)) t = DType::Q5_K;
     if (eight_experts) t = DType::Q8_0;
   } else if (role == "k") {
     if (eight_experts) t = DType::Q8_0;

@@ -187,10 +187,11 @@ for ft in q4_k_m q5_k_m q6_k iq4_xs q3_k_m q2_k; do
   compare "  efim's moe256 $ft, 28 tokens" "$ours" 300 "$IDS28" "--std-tol 0.1" 1 1
 done
 
-# Every file type's rules on two more shapes: 256 wide with 4 query heads per KV head (attn_v
-# more bits in Q2_K and IQ4_*), and 64 wide, where every K-quant and IQ4_XS row falls back
-# (Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL).
-for kind in llama256_gqa4 llama_gqa4; do
+# Every file type's rules on more shapes: 256 wide with 4 query heads per KV head (attn_v
+# more bits in Q2_K and IQ4_*); 64 wide, where every K-quant and IQ4_XS row falls back
+# (Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL); and 80 layers
+# of llama and of qwen2, which llama.cpp takes for a 70B (attn_v Q5_K for Q3_K / Q4_K).
+for kind in llama256_gqa4 llama_gqa4 llama80_gqa4 qwen2_80; do
   "$PY" "$ROOT/scripts/make_tiny_model.py" "$WORK/$kind" --kind $kind >/dev/null
   cp "$WORK/tok300.json" "$WORK/$kind/tokenizer.json"
   "$EFIM" convert "$WORK/$kind" -o "$WORK/$kind-f32.gguf" --dtype f32 >/dev/null
