@@ -146,6 +146,9 @@ void run_bench_infill(BenchInfillArgs& a) {
   }
   std::vector<SchemeResult> results;
   std::vector<SchemeSummary> rows;
+  // The peer's slots each hold a user's longest prompt and the output, in 256-token steps.
+  const int64_t peer_slot_ctx =
+      (int64_t(max_prompt_tokens(layout, w.users)) + a.sampling.output_tokens + 255) / 256 * 256;
   const std::vector<std::string> modes =
       a.speculative == "both" ? std::vector<std::string>{"off", "ngram"}
                               : std::vector<std::string>{a.speculative};
@@ -161,9 +164,7 @@ void run_bench_infill(BenchInfillArgs& a) {
       RunOptions peer = ro;
       peer.speculative = "off";
       peer.peer_llama_server = a.peer_llama_server;
-      // Each user's slot holds its longest prompt and the output, in 256-token steps.
-      const int64_t longest = int64_t(max_prompt_tokens(layout, w.users));
-      peer.peer_slot_ctx = (longest + a.sampling.output_tokens + 255) / 256 * 256;
+      peer.peer_slot_ctx = peer_slot_ctx;
       results.push_back(run_scheme(layout, w, s, peer));
       rows.push_back(summarize(results.back()));
     }

@@ -35,6 +35,22 @@ float rms_of(const float* x, int n) {
   return static_cast<float>(std::sqrt(ss / n));
 }
 
+// The value of largest magnitude, with its sign (the first of equals; 0 for all zeros).
+float signed_extreme(const float* v, int n) {
+  float amax = 0, max = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(v[i]) > amax) {
+      amax = std::fabs(v[i]);
+      max = v[i];
+    }
+  return max;
+}
+
+// The search weights of n elements: w_i = rms + |x_i| (rms of the whole super-block).
+void search_weights(const float* x, int n, float rms, float* w) {
+  for (int i = 0; i < n; ++i) w[i] = rms + std::fabs(x[i]);
+}
+
 // Unsigned levels 0..nmax with x ~= scale * l - m (m >= 0): the search of step 1.
 struct ScaleMin {
   float scale = 0, m = 0;
@@ -82,13 +98,8 @@ ScaleMin fit_scale_min(const float* x, const float* w, int n, int nmax) {
 
 // Signed levels -nmax..nmax-1 with x ~= scale * l: the search of step 1 for Q6_K.
 float fit_scale_signed(const float* x, const float* w, int n, int nmax) {
-  float amax = 0, max = 0;
-  for (int i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  if (amax == 0) return 0.0f;
+  const float max = signed_extreme(x, n);
+  if (max == 0) return 0.0f;
   float best = -max / static_cast<float>(nmax);
   double best_err = INFINITY;
   for (int step = -9; step <= 9; ++step) {
@@ -132,7 +143,7 @@ void quantize_k4_superblock(const float* x, int nmax, uint8_t q[256], uint8_t sc
   ScaleMin fit[8];
   float max_scale = 0, max_m = 0;
   for (int s = 0; s < 8; ++s) {
-    for (int i = 0; i < 32; ++i) w[i] = av + std::fabs(x[32 * s + i]);
+    search_weights(x + 32 * s, 32, av, w);
     fit[s] = fit_scale_min(x + 32 * s, w, 32, nmax);
     max_scale = std::max(max_scale, fit[s].scale);
     max_m = std::max(max_m, fit[s].m);
@@ -185,15 +196,11 @@ void quantize_q6_k(const float* x, int64_t nb, BlockQ6_K* out) {
     BlockQ6_K& o = out[b];
     const float av = rms_of(x, 256);
     float w[16], scale[16];
-    float amax = 0, max = 0;
     for (int j = 0; j < 16; ++j) {
-      for (int i = 0; i < 16; ++i) w[i] = av + std::fabs(x[16 * j + i]);
+      search_weights(x + 16 * j, 16, av, w);
       scale[j] = fit_scale_signed(x + 16 * j, w, 16, 32);
-      if (std::fabs(scale[j]) > amax) {
-        amax = std::fabs(scale[j]);
-        max = scale[j];
-      }
     }
+    const float max = signed_extreme(scale, 16);
     // Signed sub-scales against one super-scale: the largest maps to -128 (ggml's convention
     // keeps the int8 range's extra negative step for it).
     const float d = max != 0 ? -max / 128.0f : 0.0f;
@@ -232,15 +239,12 @@ void quantize_q3_k(const float* x, int64_t nb, BlockQ3_K* out) {
     BlockQ3_K& o = out[b];
     std::memset(&o, 0, sizeof o);
     const float av = rms_of(x, 256);
-    float w[16], scale[16], amax = 0, max = 0;
+    float w[16], scale[16];
     for (int j = 0; j < 16; ++j) {
-      for (int i = 0; i < 16; ++i) w[i] = av + std::fabs(x[16 * j + i]);
+      search_weights(x + 16 * j, 16, av, w);
       scale[j] = fit_scale_signed(x + 16 * j, w, 16, 4);
-      if (std::fabs(scale[j]) > amax) {
-        amax = std::fabs(scale[j]);
-        max = scale[j];
-      }
     }
+    const float max = signed_extreme(scale, 16);
     o.d = f32_to_f16(max != 0 ? -max / 32.0f : 0.0f);
     const float dq = f16_to_f32(o.d);
     for (int j = 0; j < 16; ++j) {
@@ -268,7 +272,7 @@ void quantize_q2_k(const float* x, int64_t nb, BlockQ2_K* out) {
     ScaleMin fit[16];
     float max_scale = 0, max_m = 0;
     for (int j = 0; j < 16; ++j) {
-      for (int i = 0; i < 16; ++i) w[i] = av + std::fabs(x[16 * j + i]);
+      search_weights(x + 16 * j, 16, av, w);
       fit[j] = fit_scale_min(x + 16 * j, w, 16, 3);
       max_scale = std::max(max_scale, fit[j].scale);
       max_m = std::max(max_m, fit[j].m);
@@ -301,13 +305,8 @@ int iq4_nearest(float v) {  // the code whose grid value is nearest v (the grid 
 // candidates mapping the signed extreme to either end of the grid (-127 or 113) with a few
 // stretches, each refit by least squares through its codes.
 float fit_scale_iq4(const float* x, const float* w, int n) {
-  float amax = 0, max = 0;
-  for (int i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  if (amax == 0) return 0.0f;
+  const float max = signed_extreme(x, n);
+  if (max == 0) return 0.0f;
   float best = -max / 127.0f;
   double best_gain = -1;  // (sum w q x)^2 / sum w q^2: the error it removes
   for (float end : {-127.0f, 113.0f})
@@ -332,14 +331,10 @@ void iq4_codes(const float* x, float scale, uint8_t qs[16]) {  // 32 elements as
     qs[j] = static_cast<uint8_t>(iq4_nearest(x[j] * inv) | (iq4_nearest(x[j + 16] * inv) << 4));
 }
 
-void iq4_weights(const float* x, int n, float av, float* w) {
-  for (int i = 0; i < n; ++i) w[i] = av + std::fabs(x[i]);
-}
-
 void quantize_iq4_nl(const float* x, int64_t nb, BlockIQ4_NL* out) {
   for (int64_t b = 0; b < nb; ++b, x += 32) {
     float w[32];
-    iq4_weights(x, 32, rms_of(x, 32), w);
+    search_weights(x, 32, rms_of(x, 32), w);
     out[b].d = f32_to_f16(fit_scale_iq4(x, w, 32));
     iq4_codes(x, f16_to_f32(out[b].d), out[b].qs);
   }
@@ -352,15 +347,12 @@ void quantize_iq4_xs(const float* x, int64_t nb, BlockIQ4_XS* out) {
     BlockIQ4_XS& o = out[b];
     std::memset(&o, 0, sizeof o);
     const float av = rms_of(x, 256);
-    float w[32], scale[8], amax = 0, max = 0;
+    float w[32], scale[8];
     for (int j = 0; j < 8; ++j) {
-      iq4_weights(x + 32 * j, 32, av, w);
+      search_weights(x + 32 * j, 32, av, w);
       scale[j] = fit_scale_iq4(x + 32 * j, w, 32);
-      if (std::fabs(scale[j]) > amax) {
-        amax = std::fabs(scale[j]);
-        max = scale[j];
-      }
     }
+    const float max = signed_extreme(scale, 8);
     o.d = f32_to_f16(max != 0 ? -max / 32.0f : 0.0f);
     const float dq = f16_to_f32(o.d);
     for (int j = 0; j < 8; ++j) {
@@ -406,12 +398,7 @@ void pack_q5(const int q[32], Block& o) {
 
 void quantize_q5_0(const float* x, int64_t nb, BlockQ5_0* out) {
   for (int64_t b = 0; b < nb; ++b, x += 32) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; ++j)
-      if (std::fabs(x[j]) > amax) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
+    const float max = signed_extreme(x, 32);
     const float d = max / -16.0f, id = d != 0 ? 1.0f / d : 0.0f;
     out[b].d = f32_to_f16(d);
     int q[32];
