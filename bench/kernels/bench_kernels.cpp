@@ -52,6 +52,7 @@ const Shape kDecode[] = {
     // Qwen2.5-Coder-1.5B (hidden 1536, kv 256, ffn 8960): the model users run most.
     {1, 1536, 17920, "qwen1.5b gate|up"}, {1, 8960, 1536, "qwen1.5b ffn down"},
     {1, 1536, 1536, "qwen1.5b attn"},     {1, 1536, 256, "qwen1.5b kv"},
+    {1, 1536, 151669, "qwen1.5b lm head"},
 };
 
 // Super-block types need k % 256 == 0: efim-base-py's 384-wide shapes are left out for them.

@@ -574,13 +574,14 @@ TEST(MatmulInt8, Avx2GemvRowsEqualOneRowAloneBitForBit) {
       }
 }
 
-// Q4_K, Q5_K and Q6_K rows interleaved 8 at a time (interleave.h): the layout round-trips, and
-// every kernel computes it with the scalar kernel's integer arithmetic on the file layout:
-// natively (the AVX2 GEMV/GEMM at every m; for Q4_K and Q6_K the AVX-512 VNNI GEMV below 16 rows
-// of x, the panel GEMM above, on SIMDe), and through the copy the scalar variant makes.
+// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and IQ4_NL rows interleaved 8 at a time (interleave.h): the
+// layout round-trips, and every kernel computes it with the scalar kernel's integer arithmetic
+// on the file layout: natively (the AVX2 GEMV/GEMM at every m for the K-quants; for all but
+// Q5_K the AVX-512 VNNI GEMV below 16 rows of x, the panel GEMMs above (IQ4_NL: the GEMV at
+// every m), on SIMDe), and through the copy the other variants make.
 TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::IQ4_NL})
   for (Shape s : {Shape{1, 512, 64}, Shape{2, 256, 8}, Shape{3, 768, 40}, Shape{7, 256, 200},
                   Shape{16, 512, 24}, Shape{19, 256, 72}, Shape{1, 1024, 1000},
                   // tails of 5, 3 and 7 rows after the groups (GEMV and GEMM)
@@ -652,6 +653,45 @@ TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
   EXPECT_THROW(matmul(pool, p.x.data(), 1, odd, y.data()), Error);
   std::vector<uint8_t> bytes(p.wbuf.size());
   EXPECT_THROW(interleave_rows8(odd, bytes.data()), Error);
+}
+
+// The interleaved Q8_0 / Q4_0 / IQ4_NL kernels give each row of x exactly what they give that
+// row alone, for 2-15 rows (a token and its draft, or several users' tokens, in one step) and
+// for 20 (the GEMM): emulated, and natively where the VNNI kernels run.
+TEST(MatmulInterleaved, Block32RowsEqualOneRowAloneBitForBit) {
+  if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
+  int mismatches = 0;
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::IQ4_NL})
+  for (Shape s : {Shape{15, 384, 48}, Shape{9, 1024, 64}, Shape{13, 96, 16}, Shape{20, 256, 32}}) {
+    const Problem p = make_problem(s, t, 5 + static_cast<uint32_t>(s.k));
+    std::vector<uint8_t> bytes(p.wbuf.size());
+    const WeightMatrix x8 = interleave_rows8(p.w, bytes.data());
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      for (bool native : {false, true}) {
+        if (native && !detail::vnni_kernels_run(CpuKernel::Avx512)) continue;
+        auto run_rows = [&](const float* x, int64_t m, float* y) {
+          if (native)
+            matmul(pool, x, m, x8, y, CpuKernel::Avx512);
+          else
+            detail::matmul_panel_avx512_emulated(pool, x, m, x8, y, s.n);
+        };
+        std::vector<float> alone(static_cast<size_t>(s.m * s.n));
+        for (int64_t i = 0; i < s.m; ++i) run_rows(p.x.data() + i * s.k, 1, alone.data() + i * s.n);
+        for (int64_t m = 2; m <= s.m; ++m) {
+          std::vector<float> y(static_cast<size_t>(m * s.n), NAN);
+          run_rows(p.x.data(), m, y.data());
+          for (int64_t at = 0; at < m * s.n; ++at)
+            if (std::memcmp(&y[static_cast<size_t>(at)], &alone[static_cast<size_t>(at)], sizeof(float)) != 0 &&
+                ++mismatches <= 5)
+              ADD_FAILURE() << dtype_name(t) << (native ? " native" : " emulated") << " m=" << m << " k=" << s.k
+                            << " y[" << at / s.n << "][" << at % s.n << "] " << y[static_cast<size_t>(at)]
+                            << " alone " << alone[static_cast<size_t>(at)];
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
 }
 
 TEST(Matmul, ActiveKernelIsTheBestSupported) {

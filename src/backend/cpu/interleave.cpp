@@ -53,11 +53,38 @@ void copy_block(BlockQ6_Kx8& b, BlockQ6_K& row, int r, bool to_x8) {
     }
 }
 
+void copy_block(BlockQ8_0x8& b, BlockQ8_0& row, int r, bool to_x8) {
+  const Mover mv{to_x8};
+  mv(&b.d[r], &row.d, 2);
+  for (int g = 0; g < 8; ++g)
+    for (int i = 0; i < 4; ++i) {
+      int8_t& q = row.qs[4 * g + i];
+      uint8_t& u = b.qs[g][r][i];
+      if (to_x8)
+        u = static_cast<uint8_t>(static_cast<uint8_t>(q) ^ 0x80u);  // q + 128
+      else
+        q = static_cast<int8_t>(u ^ 0x80u);
+    }
+}
+
+// Q4_0 and IQ4_NL: the scale and the 16 bytes of nibbles as they are.
+template <class B>
+void copy_block(BlockQ4_0x8& b, B& row, int r, bool to_x8) {
+  const Mover mv{to_x8};
+  mv(&b.d[r], &row.d, 2);
+  for (int g = 0; g < 4; ++g) mv(b.qs[g][r], row.qs + 4 * g, 4);
+}
+
 // Group by group: each group's rows are copied aside (8 rows, a few KB) and written back
 // interleaved over the same bytes, so out may be W's own bytes.
+// Blocks of the dtype per row.
+int64_t blocks_per_row(const WeightMatrix& w) {
+  return w.cols / static_cast<int64_t>(dtype_info(w.dtype).block_elems);
+}
+
 template <class X8, class B>
 void interleave_typed(const WeightMatrix& w, void* out, ThreadPool* pool) {
-  const int64_t ns = w.cols / kQKBlock;
+  const int64_t ns = blocks_per_row(w);
   const auto* src = static_cast<const B*>(w.data);  // [rows][ns]
   auto* dst = static_cast<X8*>(out);                 // [rows / 8][ns], then the tail rows
   const int64_t groups = w.rows / kInterleaveRows;
@@ -83,7 +110,7 @@ void interleave_typed(const WeightMatrix& w, void* out, ThreadPool* pool) {
 
 template <class X8, class B>
 void deinterleave_typed(const WeightMatrix& w, int64_t r, void* out) {
-  const int64_t ns = w.cols / kQKBlock;
+  const int64_t ns = blocks_per_row(w);
   auto* blocks = const_cast<X8*>(static_cast<const X8*>(w.data));  // only read
   auto* row = static_cast<B*>(out);
   const int64_t groups = w.rows / kInterleaveRows;
@@ -101,25 +128,37 @@ void deinterleave_typed(const WeightMatrix& w, int64_t r, void* out) {
 
 }  // namespace
 
+bool is_block32_x8(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::IQ4_NL;
+}
+
 bool has_interleaved_layout(DType t) {
-  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0 ||
+         t == DType::Q4_0 || t == DType::IQ4_NL;
 }
 
 bool can_interleave(const WeightMatrix& w) {
   return has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows &&
          w.cols > 0 && has_avx2(active_kernel()) &&
-         !(w.dtype == DType::Q5_K && detail::vnni_kernels_run(active_kernel()));
+         !(w.dtype == DType::Q5_K && detail::vnni_kernels_run(active_kernel())) &&
+         !(is_block32_x8(w.dtype) && !detail::vnni_kernels_run(active_kernel()));
 }
 
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows,
-             "interleave_rows8: needs Q4_K, Q5_K or Q6_K rows in the file layout, at least 8 of them; ",
+             "interleave_rows8: needs Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 or IQ4_NL rows in the file layout, at least 8 of them; ",
              "got ", dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "] interleave ",
              int{w.interleave});
   if (w.dtype == DType::Q4_K)
     interleave_typed<BlockQ4_Kx8, BlockQ4_K>(w, out, pool);
   else if (w.dtype == DType::Q5_K)
     interleave_typed<BlockQ5_Kx8, BlockQ5_K>(w, out, pool);
+  else if (w.dtype == DType::Q8_0)
+    interleave_typed<BlockQ8_0x8, BlockQ8_0>(w, out, pool);
+  else if (w.dtype == DType::Q4_0)
+    interleave_typed<BlockQ4_0x8, BlockQ4_0>(w, out, pool);
+  else if (w.dtype == DType::IQ4_NL)
+    interleave_typed<BlockQ4_0x8, BlockIQ4_NL>(w, out, pool);
   else
     interleave_typed<BlockQ6_Kx8, BlockQ6_K>(w, out, pool);
   WeightMatrix x = w;
@@ -133,6 +172,12 @@ void deinterleave_row(const WeightMatrix& w, int64_t r, void* out) {
     deinterleave_typed<BlockQ4_Kx8, BlockQ4_K>(w, r, out);
   else if (w.dtype == DType::Q5_K)
     deinterleave_typed<BlockQ5_Kx8, BlockQ5_K>(w, r, out);
+  else if (w.dtype == DType::Q8_0)
+    deinterleave_typed<BlockQ8_0x8, BlockQ8_0>(w, r, out);
+  else if (w.dtype == DType::Q4_0)
+    deinterleave_typed<BlockQ4_0x8, BlockQ4_0>(w, r, out);
+  else if (w.dtype == DType::IQ4_NL)
+    deinterleave_typed<BlockQ4_0x8, BlockIQ4_NL>(w, r, out);
   else
     deinterleave_typed<BlockQ6_Kx8, BlockQ6_K>(w, r, out);
 }

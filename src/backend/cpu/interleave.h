@@ -1,14 +1,16 @@
-// Q4_K, Q5_K and Q6_K weight rows interleaved 8 at a time, the layout of the decode GEMV of
+// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and IQ4_NL weight rows interleaved 8 at a time, the layout of the decode GEMV of
 // matmul_panel_avx512.cpp: in the file's layout each 32-weight chunk of a row costs the row
 // kernels a madd and a scale shuffle; with 8 rows side by side, one 32-byte register holds 4
 // bytes of each of 8 rows (int32 lane r = row r), so a dot instruction serves 8 rows and the
 // sub-block scales cost one multiply per 4 (Q6_K) or 8 (Q4_K) dot instructions.
 //
-// Rows [8g, 8g + 8) form group g, stored as W.cols / 256 blocks of 8 rows (BlockQ4_Kx8 or
-// BlockQ5_Kx8 or BlockQ6_Kx8, one per super-block), the groups one after another; the last rows % 8 rows (a
-// vocabulary of 151669 tokens leaves 5) follow in the file's layout. The same bytes as the
-// file's rows, and any 8-aligned range of rows is still a contiguous sub-matrix. Only matmul
-// and dequantize_row read the layout.
+// Rows [8g, 8g + 8) form group g, stored as one block of 8 rows per block of the dtype
+// (BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8 per super-block, BlockQ8_0x8 or BlockQ4_0x8 per 32
+// weights), the
+// groups one after another; the last rows % 8 rows (a vocabulary of 151669 tokens leaves 5)
+// follow in the file's layout. The same bytes as the file's rows (Q8_0's quants with their
+// sign bit flipped), and any 8-aligned range of rows is still a contiguous sub-matrix. Only
+// matmul and dequantize_row read the layout.
 #pragma once
 
 #include <cstdint>
@@ -48,19 +50,40 @@ struct BlockQ5_Kx8 {
 };
 static_assert(sizeof(BlockQ5_Kx8) == 8 * sizeof(BlockQ5_K));
 
+// Block b (weights 32b..32b+31) of 8 Q8_0 rows. The quants are stored biased, q + 128 (the
+// sign bit flipped), as the unsigned operand of dpbusd: sum (q + 128) x = q.x + 128 sum x.
+struct BlockQ8_0x8 {
+  uint16_t d[8];              // f16 scales of rows 0..7
+  uint8_t qs[8][8][4];        // [g][r][b]: quant 4g + b of row r, plus 128
+};
+static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0));
+
+// Block b (weights 32b..32b+31) of 8 Q4_0 or IQ4_NL rows (the same 18-byte blocks): qs byte
+// 4g + i of a row holds element 4g + i (low nibble) and 16 + 4g + i (high nibble).
+struct BlockQ4_0x8 {
+  uint16_t d[8];              // f16 scales of rows 0..7
+  uint8_t qs[4][8][4];        // [g][r][i]: qs byte 4g + i of row r
+};
+static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0));
+
 constexpr int kInterleaveRows = 8;
 
-// Whether t has an interleaved layout (Q4_K, Q5_K, Q6_K).
+// Whether t has an interleaved layout (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL).
 bool has_interleaved_layout(DType t);
+// Whether t is one of the 32-element block types with a layout (Q8_0, Q4_0, IQ4_NL): computed
+// interleaved only by the VNNI kernels.
+bool is_block32_x8(DType t);
 
 // Whether matmul computes W interleaved natively on this CPU and W is in the file's layout with
 // at least 8 rows: Q4_K and Q6_K where the active kernel is AVX2 or AVX-512; Q5_K where it is
-// AVX2 or AVX-512 without VNNI (the VNNI kernels compute Q5_K from the file's layout).
+// AVX2 or AVX-512 without VNNI (the VNNI kernels compute Q5_K from the file's layout); Q8_0,
+// Q4_0 and IQ4_NL where the VNNI kernels run.
 bool can_interleave(const WeightMatrix& w);
 
 // Writes W's rows interleaved to out (W's byte size: W's own bytes, rewritten in place, or
 // memory apart from them) and returns the matrix that reads them (interleave = 8). W must be
-// Q4_K, Q5_K or Q6_K, file layout, rows >= 8. With a pool, groups are rewritten in parallel.
+// one of those types, file layout, rows >= 8. With a pool, groups are rewritten in
+// parallel.
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool = nullptr);
 
 // Row r of an interleaved W in the file's layout: dtype_row_bytes(W.dtype, W.cols) bytes.

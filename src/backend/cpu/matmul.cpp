@@ -89,22 +89,23 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
              "matmul: unsupported weight dtype ", dtype_name(w.dtype));
 }
 
-// Interleaved Q4_K / Q5_K / Q6_K (interleave.h): natively by the AVX-512 VNNI kernels (Q4_K,
-// Q6_K) or the AVX2 ones (the tail rows by the file-layout kernels); the scalar variant (tests)
-// on a copy in the file's layout.
+// Interleaved Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / IQ4_NL (interleave.h): natively by the
+// AVX-512 VNNI kernels (all but Q5_K) or the AVX2 ones (Q4_K, Q5_K, Q6_K; the tail rows by the file-layout
+// kernels); the other variants (tests) on a copy in the file's layout.
 void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                         float* y, CpuKernel kernel) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == kInterleaveRows &&
                  w.rows >= kInterleaveRows,
-             "matmul: interleave ", int{w.interleave}, " is defined for Q4_K, Q5_K and Q6_K matrices ",
+             "matmul: interleave ", int{w.interleave}, " is defined for Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and IQ4_NL matrices ",
              "of at least ", kInterleaveRows, " rows, not ", dtype_name(w.dtype), " [", w.rows,
              ", ", w.cols, "]");
   const size_t row_bytes = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
-  if (has_avx2(kernel)) {
+  const bool vnni = detail::vnni_kernels_run(kernel);
+  if (is_block32_x8(w.dtype) ? vnni : has_avx2(kernel)) {
     const int64_t whole = w.rows / kInterleaveRows * kInterleaveRows, tail = w.rows - whole;
     WeightMatrix groups = w;
     groups.rows = whole;
-    if (detail::vnni_kernels_run(kernel) && w.dtype != DType::Q5_K)
+    if (vnni && w.dtype != DType::Q5_K)
       detail::matmul_panel_avx512(pool, x, m, groups, y, w.rows);
     else
       detail::matmul_interleaved_avx2(pool, x, m, groups, y, w.rows);

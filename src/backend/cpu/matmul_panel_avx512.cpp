@@ -417,10 +417,145 @@ void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, f
                     });
 }
 
+// ---- interleaved Q8_0, Q4_0, IQ4_NL (interleave.h): rows of x against groups of 8 rows ----
+
+// y[i][r] = x row i0 + i . weight row 8 group + r for MX rows of x. Per block b of 32 weights:
+//     t_r = sum_g dpbusd(q_b[g][r] + 128, x_b[4g..4g+3]) - 128 sum x_b
+//     y_r += (d_r dx_b) t_r
+// t is the exact int32 dot (|t| <= 32 * 255 * 127). The block's 8 registers are loaded once for
+// the MX rows, and each row's arithmetic is the same whatever MX is: a row's result does not
+// depend on how many rows share the step (a speculative verify step gives every row what a
+// one-token step gives it).
+template <int MX>
+void x8_group_q8(const BlockQ8_0x8* grp, const QuantizedRows& a, int64_t i0, float* y,
+                 int64_t ldy) {
+  __m256 acc[MX];
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < a.nb; ++b) {
+    const BlockQ8_0x8& blk = grp[b];
+    __m256i w[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) w[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[g]));
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const size_t ib = static_cast<size_t>((i0 + i) * a.nb + b);
+      const int8_t* xq = a.q.data() + (i0 + i) * a.k + b * kQBlock;
+      __m256i t0 = _mm256_setzero_si256(), t1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int g = 0; g < 8; g += 2) {
+        t0 = _mm256_dpbusd_epi32(t0, w[g], _mm256_set1_epi32(load_i32(xq + 4 * g)));
+        t1 = _mm256_dpbusd_epi32(t1, w[g + 1], _mm256_set1_epi32(load_i32(xq + 4 * g + 4)));
+      }
+      const __m256i t = _mm256_sub_epi32(_mm256_add_epi32(t0, t1), _mm256_set1_epi32(128 * a.sum[ib]));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[ib])), acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + i * ldy, acc[i]);
+}
+
+// The same for 8 Q4_0 or IQ4_NL rows (kNL): their nibbles as dpbusd's unsigned operand, Q4_0's
+// as they are (value + 8), IQ4_NL's through the grid plus 128 (a byte shuffle):
+//     t_r = sum_g dpbusd(u_b[g][r], x_b[..]) - o sum x_b,  o = 8 (Q4_0) or 128 (IQ4_NL)
+template <int MX, bool kNL>
+void x8_group_q4(const BlockQ4_0x8* grp, const QuantizedRows& a, int64_t i0, float* y,
+                 int64_t ldy) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i grid = _mm256_xor_si256(iq4_table(), _mm256_set1_epi8(static_cast<char>(0x80)));
+  constexpr int32_t kOffset = kNL ? 128 : 8;
+  __m256 acc[MX];
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < a.nb; ++b) {
+    const BlockQ4_0x8& blk = grp[b];
+    __m256i lo[4], hi[4];  // elements 4g.. and 16 + 4g.. of the 8 rows
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[g]));
+      lo[g] = _mm256_and_si256(v, m4);
+      hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      if constexpr (kNL) {
+        lo[g] = _mm256_shuffle_epi8(grid, lo[g]);
+        hi[g] = _mm256_shuffle_epi8(grid, hi[g]);
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const size_t ib = static_cast<size_t>((i0 + i) * a.nb + b);
+      const int8_t* xq = a.q.data() + (i0 + i) * a.k + b * kQBlock;
+      __m256i t0 = _mm256_setzero_si256(), t1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        t0 = _mm256_dpbusd_epi32(t0, lo[g], _mm256_set1_epi32(load_i32(xq + 4 * g)));
+        t1 = _mm256_dpbusd_epi32(t1, hi[g], _mm256_set1_epi32(load_i32(xq + 16 + 4 * g)));
+      }
+      const __m256i t =
+          _mm256_sub_epi32(_mm256_add_epi32(t0, t1), _mm256_set1_epi32(kOffset * a.sum[ib]));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[ib])), acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + i * ldy, acc[i]);
+}
+
+// The group kernel of an interleaved 32-element block type for MX rows of x.
+template <int MX>
+void x8_group_b32(DType t, const void* grp, const QuantizedRows& a, int64_t i0, float* y,
+                  int64_t ldy) {
+  if (t == DType::Q8_0)
+    x8_group_q8<MX>(static_cast<const BlockQ8_0x8*>(grp), a, i0, y, ldy);
+  else if (t == DType::Q4_0)
+    x8_group_q4<MX, false>(static_cast<const BlockQ4_0x8*>(grp), a, i0, y, ldy);
+  else
+    x8_group_q4<MX, true>(static_cast<const BlockQ4_0x8*>(grp), a, i0, y, ldy);
+}
+
+// GEMV on interleaved Q8_0 / Q4_0 / IQ4_NL: threads take ranges of groups; rows of x 4 at a
+// time per group, then 1-3.
+void x8_gemv_b32(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y,
+                 int64_t ldy) {
+  const int64_t groups = w.rows / kInterleaveRows;
+  const size_t group_bytes =
+      static_cast<size_t>(kInterleaveRows) * dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
+                    [&](int, int64_t g0, int64_t g1) {
+                      for (int64_t g = g0; g < g1; ++g) {
+                        const void* grp = base + static_cast<size_t>(g) * group_bytes;
+                        float* yg = y + g * kInterleaveRows;
+                        int64_t i = 0;
+                        for (; i + 4 <= a.m; i += 4) x8_group_b32<4>(w.dtype, grp, a, i, yg + i * ldy, ldy);
+                        switch (a.m - i) {
+                          case 3:
+                            x8_group_b32<3>(w.dtype, grp, a, i, yg + i * ldy, ldy);
+                            break;
+                          case 2:
+                            x8_group_b32<2>(w.dtype, grp, a, i, yg + i * ldy, ldy);
+                            break;
+                          case 1:
+                            x8_group_b32<1>(w.dtype, grp, a, i, yg + i * ldy, ldy);
+                            break;
+                          default:
+                            break;
+                        }
+                      }
+                    });
+}
+
 }  // namespace
 
 void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, int64_t m,
                                             const WeightMatrix& w, float* y, int64_t ldy) {
+  if (is_block32_x8(w.dtype)) {  // interleaved (matmul_interleaved routes only those here)
+    const QuantizedRows& q8 =
+        quantize_activations<QuantizedRows, quantize_row_q8_ggml_avx2>(pool, x, m, w.cols);
+    // IQ4_NL has no GEMM of its own on AVX-512: the GEMV's tiles of 4 rows at every m.
+    if (m < kPanelMinRows || w.dtype == DType::IQ4_NL) return x8_gemv_b32(pool, q8, w, y, ldy);
+    return EFIM_AVX512_ENTRY(quant_gemm_x8_avx512)(pool, q8, w, y, ldy);
+  }
   const QuantizedRowsK& acts =
       quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);
   if (w.interleave != 1 && m < kPanelMinRows) return x8_gemv(pool, acts, w, y, ldy);
