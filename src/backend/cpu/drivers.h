@@ -172,12 +172,11 @@ void quant_tile_rows(DType dt, QuantTile t, int64_t rows) {
   }
 }
 
-// GEMM over interleaved panels of K::kNR weight rows; y[i][r] at y + i * ldy + r.
+// GEMM over interleaved panels of K::kNR weight rows.
 //   K::kMR, K::kNR, K::kPanelBlockBytes: x rows per tile, weight rows per panel, bytes of one
 //   block of a panel; K::pack_panel(w, n0, nr, quants, scales); K::tile<MR>: quant_tile_rows
 template <class K>
-void quant_gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y,
-                int64_t ldy) {
+void quant_gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y) {
   const int64_t m = a.m, n = w.rows;
   const GemmSplit split = split_gemm(m, n, K::kMR, K::kNR, pool.size());
   const int64_t m_blocks = split.m_blocks, m_block = split.m_block, items = split.items();
@@ -197,7 +196,7 @@ void quant_gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w,
                           packed = p;
                         }
                         const int64_t i0 = mb * m_block;
-                        QuantTile t{&a, i0, quants.data(), scales.data(), y + i0 * ldy + n0, ldy, nr};
+                        QuantTile t{&a, i0, quants.data(), scales.data(), y + i0 * n + n0, n, nr};
                         quant_tile_rows<K>(w.dtype, t, std::min(m_block, m - i0));
                       }
                     });
@@ -258,7 +257,7 @@ void quant_matmul(ThreadPool& pool, const float* x, int64_t m, const WeightMatri
   const QuantizedRows& acts =
       quantize_activations<QuantizedRows, quantize_row_q8_ggml_avx2>(pool, x, m, w.cols);
   if (m < gemm_min_rows) return quant_gemv<Gemv>(pool, acts, w, y);
-  quant_gemm<Gemm>(pool, acts, w, y, w.rows);
+  quant_gemm<Gemm>(pool, acts, w, y);
 }
 
 }  // namespace efim::cpu::detail

@@ -51,19 +51,14 @@ void matmul_blocks_avx512(ThreadPool& pool, const float* x, int64_t m, const Wei
                           float* y);
 // Q2_K..Q6_K GEMM on panels of 16 weight rows unpacked to int8 once and reused by every row of
 // x (VNNI dpbusd, one scale multiply per sub-block); matmul_blocks_avx512 routes products of at
-// least kPanelMinRows rows of x here. It also computes interleaved Q4_K, Q6_K and Q8_0
-// (interleave.h) at any m: below kPanelMinRows rows of x by the 8-row GEMV of that layout.
+// least kPanelMinRows rows of x here. It also computes interleaved Q4_K, Q6_K, Q8_0, Q4_0 and
+// IQ4_NL (interleave.h) at any m: below kPanelMinRows rows of x by the 8-row GEMV of that
+// layout, above by panels packed from it.
 // y[i][r] at y + i * ldy + r (ldy >= W.rows). Interleaved W: its whole groups of 8 rows only.
 void matmul_panel_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                          float* y, int64_t ldy);
 void matmul_panel_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
                                   const WeightMatrix& w, float* y, int64_t ldy);
-// The AVX-512 Q8_0 GEMM (matmul_quant_avx512) on Q8_0 interleaved 8 rows at a time, whole
-// groups only, quantized activations; matmul_panel_avx512 takes it for m >= kPanelMinRows.
-void quant_gemm_x8_avx512(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w,
-                          float* y, int64_t ldy);
-void quant_gemm_x8_avx512_emulated(ThreadPool& pool, const QuantizedRows& a,
-                                   const WeightMatrix& w, float* y, int64_t ldy);
 // Interleaved Q4_K / Q6_K (interleave.h) on AVX2, any m: 8 weight rows per maddubs, up to 4
 // rows of x per pass (matmul_interleaved_avx2.cpp). Whole groups of 8 rows only; y[i][r] at
 // y + i * ldy + r (ldy >= W.rows).

@@ -22,7 +22,9 @@
 // Weights interleaved 8 rows at a time (Q4_K, Q6_K; interleave.h) are packed from that layout
 // without transposes, and below kPanelMinRows rows of x (decode) run the GEMV of the layout:
 // the same dpbusd per 4 bytes of 8 rows, straight from the weights, with the 8 rows' sums in
-// the lanes of one register (x8_group, x8_group_q6).
+// the lanes of one register (x8_group, x8_group_q6). Q8_0, Q4_0 and IQ4_NL interleaved the same
+// way (32-element blocks) have a GEMV of that kind and a panel GEMM of their own (b32_gemm):
+// their weights as dpbusd's unsigned operand, x's block sum times the offset subtracted.
 //
 // This file is compiled twice: natively for AVX-512 CPUs, and for tests on SIMDe's emulation of
 // the intrinsics (EFIM_AVX512_EMULATED, see avx512_emulation.h).
@@ -545,6 +547,135 @@ void x8_gemv_b32(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w
                     });
 }
 
+
+// GEMM (m >= kPanelMinRows) on interleaved Q8_0 / Q4_0 / IQ4_NL: panels of two groups (16
+// rows), unpacked once per thread to the unsigned operand, 4 bytes of each of the 16 rows per
+// 64-byte register (step s: elements 4s..4s+3), so one dpbusd serves 16 rows and a row of x:
+//     t_r = sum_s dpbusd(u[s][r], x_b[4s..4s+3]) - o sum x_b;  y_r += (d_r dx_b) t_r
+// The same exact t and the same f32 steps as the GEMV: a row's result does not depend on m.
+constexpr int kB32Steps = 8;
+struct B32Panel {
+  uint8_t q[kB32Steps][kPanelRows][4];  // unsigned operand: q + 128, nibble, or grid + 128
+  float d[kPanelRows];                  // scales (0 for the missing rows of a last half panel)
+};
+
+template <DType T>
+void pack_b32_panel(const WeightMatrix& w, int64_t g0, int ngroups, int64_t nb, B32Panel* panel) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i grid = _mm256_xor_si256(iq4_table(), _mm256_set1_epi8(static_cast<char>(0x80)));
+  using X8 = std::conditional_t<T == DType::Q8_0, BlockQ8_0x8, BlockQ4_0x8>;
+  const auto* groups = static_cast<const X8*>(w.data) + g0 * nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    B32Panel& p = panel[b];
+    for (int h = 0; h < 2; ++h) {
+      const int r0 = kInterleaveRows * h;
+      if (h >= ngroups) {
+        for (int st = 0; st < kB32Steps; ++st) std::memset(p.q[st][r0], 0, 32);
+        for (int r = 0; r < kInterleaveRows; ++r) p.d[r0 + r] = 0.0f;
+        continue;
+      }
+      const X8& blk = groups[h * nb + b];
+      for (int st = 0; st < kB32Steps; ++st) {
+        __m256i v;
+        if constexpr (T == DType::Q8_0) {
+          v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[st]));
+        } else {
+          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[st % 4]));
+          v = _mm256_and_si256(st < 4 ? q : _mm256_srli_epi16(q, 4), m4);
+          if constexpr (T == DType::IQ4_NL) v = _mm256_shuffle_epi8(grid, v);
+        }
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q[st][r0]), v);
+      }
+      _mm256_storeu_ps(p.d + r0, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d))));
+    }
+  }
+}
+
+// Rows [i0, i0 + MR) of x against one panel; nr = 16 or 8 valid rows.
+template <DType T, int MR>
+void b32_tile(const B32Panel* panel, const QuantizedRows& a, int64_t i0, float* y, int64_t ldy,
+              int nr) {
+  constexpr int32_t kOffset = T == DType::Q4_0 ? 8 : 128;
+  __m512 acc[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < a.nb; ++b) {
+    const B32Panel& p = panel[b];
+    __m512i dot[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) dot[i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int st = 0; st < kB32Steps; ++st) {
+      const __m512i wv = _mm512_loadu_si512(p.q[st]);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i)
+        dot[i] = _mm512_dpbusd_epi32(
+            dot[i], wv, _mm512_set1_epi32(load_i32(a.q.data() + (i0 + i) * a.k + b * kQBlock + 4 * st)));
+    }
+    const __m512 dw = _mm512_loadu_ps(p.d);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const size_t ib = static_cast<size_t>((i0 + i) * a.nb + b);
+      const __m512i t = _mm512_sub_epi32(dot[i], _mm512_set1_epi32(kOffset * a.sum[ib]));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[ib])), acc[i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    if (nr == kPanelRows)
+      _mm512_storeu_ps(y + (i0 + i) * ldy, acc[i]);
+    else
+      _mm256_storeu_ps(y + (i0 + i) * ldy, _mm512_castps512_ps256(acc[i]));
+  }
+}
+
+template <DType T>
+void b32_rows(const B32Panel* panel, const QuantizedRows& a, int64_t i0, int64_t rows, float* y,
+              int64_t ldy, int nr) {
+  const int64_t end = i0 + rows;
+  for (; i0 + kTileRows <= end; i0 += kTileRows) b32_tile<T, kTileRows>(panel, a, i0, y, ldy, nr);
+  if (end - i0 >= 4) {
+    b32_tile<T, 4>(panel, a, i0, y, ldy, nr);
+    i0 += 4;
+  }
+  switch (end - i0) {
+    case 3:
+      return b32_tile<T, 3>(panel, a, i0, y, ldy, nr);
+    case 2:
+      return b32_tile<T, 2>(panel, a, i0, y, ldy, nr);
+    case 1:
+      return b32_tile<T, 1>(panel, a, i0, y, ldy, nr);
+    default:
+      return;
+  }
+}
+
+template <DType T>
+void b32_gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y,
+              int64_t ldy) {
+  const int64_t m = a.m, groups = w.rows / kInterleaveRows;
+  const GemmSplit split = split_gemm(m, w.rows, kTileRows, kPanelRows, pool.size());
+  const int64_t m_blocks = split.m_blocks, m_block = split.m_block, items = split.items();
+  pool.parallel_for(items, grain_for(items, m * w.rows * a.k, pool.size()),
+                    [&](int, int64_t it0, int64_t it1) {
+                      static thread_local std::vector<B32Panel> panel;  // [nb]
+                      panel.resize(static_cast<size_t>(a.nb));
+                      int64_t packed = -1;
+                      for (int64_t it = it0; it < it1; ++it) {
+                        const int64_t p = it / m_blocks, mb = it % m_blocks;
+                        const int64_t g0 = 2 * p;
+                        const int ngroups = static_cast<int>(std::min<int64_t>(2, groups - g0));
+                        if (packed != p) {
+                          pack_b32_panel<T>(w, g0, ngroups, a.nb, panel.data());
+                          packed = p;
+                        }
+                        const int64_t i0 = mb * m_block;
+                        b32_rows<T>(panel.data(), a, i0, std::min(m_block, m - i0),
+                                    y + g0 * kInterleaveRows, ldy, ngroups * kInterleaveRows);
+                      }
+                    });
+}
+
 }  // namespace
 
 void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, int64_t m,
@@ -552,9 +683,10 @@ void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, in
   if (is_block32_x8(w.dtype)) {  // interleaved (matmul_interleaved routes only those here)
     const QuantizedRows& q8 =
         quantize_activations<QuantizedRows, quantize_row_q8_ggml_avx2>(pool, x, m, w.cols);
-    // IQ4_NL has no GEMM of its own on AVX-512: the GEMV's tiles of 4 rows at every m.
-    if (m < kPanelMinRows || w.dtype == DType::IQ4_NL) return x8_gemv_b32(pool, q8, w, y, ldy);
-    return EFIM_AVX512_ENTRY(quant_gemm_x8_avx512)(pool, q8, w, y, ldy);
+    if (m < kPanelMinRows) return x8_gemv_b32(pool, q8, w, y, ldy);
+    if (w.dtype == DType::Q8_0) return b32_gemm<DType::Q8_0>(pool, q8, w, y, ldy);
+    if (w.dtype == DType::Q4_0) return b32_gemm<DType::Q4_0>(pool, q8, w, y, ldy);
+    return b32_gemm<DType::IQ4_NL>(pool, q8, w, y, ldy);
   }
   const QuantizedRowsK& acts =
       quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);

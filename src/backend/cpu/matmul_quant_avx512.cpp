@@ -26,11 +26,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/drivers.h"
-#include "backend/cpu/interleave.h"
 #include "backend/cpu/kernels.h"
 #include "tensor/quant.h"
 
@@ -62,44 +60,7 @@ inline __m512i sign_of(__m512i x, __m512i w) {
 
 // Interleaved panel of weight rows [n0, n0 + nr): quants [nb][8 steps][64 bytes] and scales
 // [nb][16] f32; missing rows (nr < 16) are zero.
-// Q8_0 or Q4_0 interleaved 8 rows at a time (interleave.h; nr a multiple of 8): each step of a
-// Q8_0 group block is already 4 quants of 8 rows, stored + 128; Q4_0's steps 0-3 are the low
-// nibbles of its 4 registers, steps 4-7 the high ones.
-template <class X8>
-void pack_panel_x8(const WeightMatrix& w, int64_t n0, int nr, uint8_t* quants, float* scales) {
-  const int64_t nb = w.cols / kQBlock;
-  const auto* groups = static_cast<const X8*>(w.data) + n0 / kInterleaveRows * nb;
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), m4 = _mm256_set1_epi8(0x0f);
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i v[2][8];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const bool valid = kInterleaveRows * h < nr;
-      const X8& blk = groups[(valid ? h : 0) * nb + b];
-#pragma GCC unroll 8
-      for (int s = 0; s < 8; ++s) {
-        if (!valid) {
-          v[h][s] = _mm256_setzero_si256();
-        } else if constexpr (std::is_same_v<X8, BlockQ8_0x8>) {
-          v[h][s] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[s])), flip);
-        } else {
-          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[s % 4]));
-          v[h][s] = _mm256_and_si256(s < 4 ? q : _mm256_srli_epi16(q, 4), m4);
-        }
-      }
-      for (int r = 0; r < kInterleaveRows; ++r)
-        scales[b * kNR + kInterleaveRows * h + r] = valid ? f16(blk.d[r]) : 0.0f;
-    }
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s)
-      _mm512_storeu_si512(quants + b * kPanelBlockBytes + 64 * s, join256(v[0][s], v[1][s]));
-  }
-}
-
 void pack_panel(const WeightMatrix& w, int64_t n0, int nr, uint8_t* quants, float* scales) {
-  if (w.interleave != 1 && w.dtype == DType::Q4_0)
-    return pack_panel_x8<BlockQ4_0x8>(w, n0, nr, quants, scales);
-  if (w.interleave != 1) return pack_panel_x8<BlockQ8_0x8>(w, n0, nr, quants, scales);
   const int64_t nb = w.cols / kQBlock;
   const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
   const auto* base = static_cast<const uint8_t*>(w.data) + n0 * stride;
@@ -337,11 +298,6 @@ struct GemvGroup {
 void EFIM_AVX512_ENTRY(matmul_quant_avx512)(ThreadPool& pool, const float* x, int64_t m,
                                             const WeightMatrix& w, float* y) {
   quant_matmul<Gemm, GemvGroup>(pool, x, m, w, y, kGemmMinRows);
-}
-
-void EFIM_AVX512_ENTRY(quant_gemm_x8_avx512)(ThreadPool& pool, const QuantizedRows& a,
-                                             const WeightMatrix& w, float* y, int64_t ldy) {
-  quant_gemm<Gemm>(pool, a, w, y, ldy);
 }
 
 }  // namespace efim::cpu::detail
