@@ -144,6 +144,22 @@ void pack_panel_x8_q6(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, Pan
   }
 }
 
+// IQ4_XS as unsigned levels for the panel: grid value + 128 (1..241), the offset folded into
+// the scales like Q6_K's: x_i = d sc_j (u_i - 128), mins 128 sc_j per 16-element half
+// (|128 sc_j| <= 4096; |S| <= 8 * 32 * 32 * 241 * 127 < 2^31).
+struct UIQ4_XS_Panel {
+  using Block = BlockIQ4_XS;
+  static constexpr bool kSigned = false, kMins = true, kSub16 = false, kFolded = true;
+  static Scales prepare(const Block& b) {
+    const Scales s = UIQ4_XS::prepare(b);  // sc_j in int16 lanes 2j and 2j + 1
+    return {s.sc, _mm256_slli_epi16(s.sc, 7), s.d, s.d};
+  }
+  static __m256i chunk(const Block& b, int c) {
+    const __m256i grid = _mm256_xor_si256(iq4_table(), _mm256_set1_epi8(static_cast<char>(0x80)));
+    return _mm256_shuffle_epi8(grid, unpack_q4(b.qs + 16 * c));
+  }
+};
+
 // Unpacks weight rows [n0, n0 + nr) into panel[0..ns) (rows past nr repeat row n0 + nr - 1;
 // their outputs are dropped).
 template <class U>
@@ -702,6 +718,8 @@ void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, in
       return panel_gemm<UQ5_K>(pool, acts, w, y, ldy);
     case DType::Q6_K:
       return panel_gemm<UQ6_K>(pool, acts, w, y, ldy);
+    case DType::IQ4_XS:
+      return panel_gemm<UIQ4_XS_Panel>(pool, acts, w, y, ldy);
     default:
       return;  // matmul_blocks_avx512 routes only is_panel_type here
   }
