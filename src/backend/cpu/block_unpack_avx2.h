@@ -45,6 +45,10 @@ inline __m256i iq4_table() {
   const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values));
   return _mm256_set_m128i(t, t);
 }
+// The same values + 128 (-127..113 -> 1..241): a grid operand for dpbusd's unsigned side.
+inline __m256i iq4_table_u8() {
+  return _mm256_xor_si256(iq4_table(), _mm256_set1_epi8(static_cast<char>(0x80)));
+}
 
 // Scales and mins of one super-block: 16 int16 lanes each (sub-block j of 16 elements in lane
 // j; the 32-element sub-blocks of Q4_K, Q5_K and IQ4_XS fill two lanes), and the two float

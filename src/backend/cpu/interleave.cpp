@@ -75,13 +75,34 @@ void copy_block(BlockQ4_0x8& b, B& row, int r, bool to_x8) {
   for (int g = 0; g < 4; ++g) mv(b.qs[g][r], row.qs + 4 * g, 4);
 }
 
-// Group by group: each group's rows are copied aside (8 rows, a few KB) and written back
-// interleaved over the same bytes, so out may be W's own bytes.
 // Blocks of the dtype per row.
 int64_t blocks_per_row(const WeightMatrix& w) {
   return w.cols / static_cast<int64_t>(dtype_info(w.dtype).block_elems);
 }
 
+// Calls f.template operator()<X8, B>() with t's interleaved block X8 and file block B.
+template <class F>
+void with_layout(DType t, F&& f) {
+  switch (t) {
+    case DType::Q4_K:
+      return f.template operator()<BlockQ4_Kx8, BlockQ4_K>();
+    case DType::Q5_K:
+      return f.template operator()<BlockQ5_Kx8, BlockQ5_K>();
+    case DType::Q6_K:
+      return f.template operator()<BlockQ6_Kx8, BlockQ6_K>();
+    case DType::Q8_0:
+      return f.template operator()<BlockQ8_0x8, BlockQ8_0>();
+    case DType::Q4_0:
+      return f.template operator()<BlockQ4_0x8, BlockQ4_0>();
+    case DType::IQ4_NL:
+      return f.template operator()<BlockQ4_0x8, BlockIQ4_NL>();
+    default:
+      fail("interleave: no interleaved layout for ", dtype_name(t));
+  }
+}
+
+// Group by group: each group's rows are copied aside (8 rows, a few KB) and written back
+// interleaved over the same bytes, so out may be W's own bytes.
 template <class X8, class B>
 void interleave_typed(const WeightMatrix& w, void* out, ThreadPool* pool) {
   const int64_t ns = blocks_per_row(w);
@@ -146,21 +167,11 @@ bool can_interleave(const WeightMatrix& w) {
 
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows,
-             "interleave_rows8: needs Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 or IQ4_NL rows in the file layout, at least 8 of them; ",
+             "interleave_rows8: needs Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 or IQ4_NL rows in the file ",
+             "layout, at least 8 of them; ",
              "got ", dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "] interleave ",
              int{w.interleave});
-  if (w.dtype == DType::Q4_K)
-    interleave_typed<BlockQ4_Kx8, BlockQ4_K>(w, out, pool);
-  else if (w.dtype == DType::Q5_K)
-    interleave_typed<BlockQ5_Kx8, BlockQ5_K>(w, out, pool);
-  else if (w.dtype == DType::Q8_0)
-    interleave_typed<BlockQ8_0x8, BlockQ8_0>(w, out, pool);
-  else if (w.dtype == DType::Q4_0)
-    interleave_typed<BlockQ4_0x8, BlockQ4_0>(w, out, pool);
-  else if (w.dtype == DType::IQ4_NL)
-    interleave_typed<BlockQ4_0x8, BlockIQ4_NL>(w, out, pool);
-  else
-    interleave_typed<BlockQ6_Kx8, BlockQ6_K>(w, out, pool);
+  with_layout(w.dtype, [&]<class X8, class B>() { interleave_typed<X8, B>(w, out, pool); });
   WeightMatrix x = w;
   x.data = out;
   x.interleave = kInterleaveRows;
@@ -168,18 +179,7 @@ WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool
 }
 
 void deinterleave_row(const WeightMatrix& w, int64_t r, void* out) {
-  if (w.dtype == DType::Q4_K)
-    deinterleave_typed<BlockQ4_Kx8, BlockQ4_K>(w, r, out);
-  else if (w.dtype == DType::Q5_K)
-    deinterleave_typed<BlockQ5_Kx8, BlockQ5_K>(w, r, out);
-  else if (w.dtype == DType::Q8_0)
-    deinterleave_typed<BlockQ8_0x8, BlockQ8_0>(w, r, out);
-  else if (w.dtype == DType::Q4_0)
-    deinterleave_typed<BlockQ4_0x8, BlockQ4_0>(w, r, out);
-  else if (w.dtype == DType::IQ4_NL)
-    deinterleave_typed<BlockQ4_0x8, BlockIQ4_NL>(w, r, out);
-  else
-    deinterleave_typed<BlockQ6_Kx8, BlockQ6_K>(w, r, out);
+  with_layout(w.dtype, [&]<class X8, class B>() { deinterleave_typed<X8, B>(w, r, out); });
 }
 
 }  // namespace efim::cpu

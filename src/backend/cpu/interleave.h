@@ -1,13 +1,12 @@
-// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and IQ4_NL weight rows interleaved 8 at a time, the layout of the decode GEMV of
-// matmul_panel_avx512.cpp: in the file's layout each 32-weight chunk of a row costs the row
+// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and IQ4_NL weight rows interleaved 8 at a time, the layout of
+// the decode GEMVs of matmul_panel_avx512.cpp: in the file's layout each 32-weight chunk of a row costs the row
 // kernels a madd and a scale shuffle; with 8 rows side by side, one 32-byte register holds 4
 // bytes of each of 8 rows (int32 lane r = row r), so a dot instruction serves 8 rows and the
 // sub-block scales cost one multiply per 4 (Q6_K) or 8 (Q4_K) dot instructions.
 //
 // Rows [8g, 8g + 8) form group g, stored as one block of 8 rows per block of the dtype
 // (BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8 per super-block, BlockQ8_0x8 or BlockQ4_0x8 per 32
-// weights), the
-// groups one after another; the last rows % 8 rows (a vocabulary of 151669 tokens leaves 5)
+// weights), the groups one after another; the last rows % 8 rows (a vocabulary of 151669 tokens leaves 5)
 // follow in the file's layout. The same bytes as the file's rows (Q8_0's quants with their
 // sign bit flipped), and any 8-aligned range of rows is still a contiguous sub-matrix. Only
 // matmul and dequantize_row read the layout.

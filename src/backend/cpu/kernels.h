@@ -49,8 +49,8 @@ void matmul_blocks_avx2(ThreadPool& pool, const float* x, int64_t m, const Weigh
 // pass; the other block types through matmul_blocks_avx2 (measured no faster on 512 bits).
 void matmul_blocks_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                           float* y);
-// Q2_K..Q6_K and IQ4_XS GEMM on panels of 16 weight rows unpacked to int8 once and reused by every row of
-// x (VNNI dpbusd, one scale multiply per sub-block); matmul_blocks_avx512 routes products of at
+// Q2_K..Q6_K and IQ4_XS GEMM on panels of 16 weight rows unpacked to int8 once and reused by
+// every row of x (VNNI dpbusd, one scale multiply per sub-block); matmul_blocks_avx512 routes products of at
 // least kPanelMinRows rows of x here. It also computes interleaved Q4_K, Q6_K, Q8_0, Q4_0 and
 // IQ4_NL (interleave.h) at any m: below kPanelMinRows rows of x by the 8-row GEMV of that
 // layout, above by panels packed from it.

@@ -90,14 +90,14 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
 }
 
 // Interleaved Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / IQ4_NL (interleave.h): natively by the
-// AVX-512 VNNI kernels (all but Q5_K) or the AVX2 ones (Q4_K, Q5_K, Q6_K; the tail rows by the file-layout
-// kernels); the other variants (tests) on a copy in the file's layout.
+// AVX-512 VNNI kernels (all but Q5_K) or the AVX2 ones (Q4_K, Q5_K, Q6_K), the tail rows by the
+// file-layout kernels; the other variants (tests) on a copy in the file's layout.
 void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                         float* y, CpuKernel kernel) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == kInterleaveRows &&
                  w.rows >= kInterleaveRows,
-             "matmul: interleave ", int{w.interleave}, " is defined for Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and IQ4_NL matrices ",
-             "of at least ", kInterleaveRows, " rows, not ", dtype_name(w.dtype), " [", w.rows,
+             "matmul: interleave ", int{w.interleave}, " is defined for Q4_K, Q5_K, Q6_K, Q8_0, ",
+             "Q4_0 and IQ4_NL matrices of at least ", kInterleaveRows, " rows, not ", dtype_name(w.dtype), " [", w.rows,
              ", ", w.cols, "]");
   const size_t row_bytes = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
   const bool vnni = detail::vnni_kernels_run(kernel);

@@ -155,8 +155,7 @@ struct UIQ4_XS_Panel {
     return {s.sc, _mm256_slli_epi16(s.sc, 7), s.d, s.d};
   }
   static __m256i chunk(const Block& b, int c) {
-    const __m256i grid = _mm256_xor_si256(iq4_table(), _mm256_set1_epi8(static_cast<char>(0x80)));
-    return _mm256_shuffle_epi8(grid, unpack_q4(b.qs + 16 * c));
+    return _mm256_shuffle_epi8(iq4_table_u8(), unpack_q4(b.qs + 16 * c));
   }
 };
 
@@ -271,23 +270,24 @@ void panel_tile(const PanelBlock* panel, const QuantizedRowsK& a, int64_t i0, fl
   }
 }
 
-// Rows [i0, i0 + rows) of x against one packed panel: tiles of 8, then 4, 3, 2 or 1.
-template <class U>
-void panel_rows(const PanelBlock* panel, const QuantizedRowsK& a, int64_t i0, int64_t rows,
-                float* y, int64_t ldy, int nr) {
-  const int64_t end = i0 + rows;
-  for (; i0 + kTileRows <= end; i0 += kTileRows) panel_tile<U, kTileRows>(panel, a, i0, y, ldy, nr);
-  if (end - i0 >= 4) {
-    panel_tile<U, 4>(panel, a, i0, y, ldy, nr);
-    i0 += 4;
+// Rows [i0, end) of x in tiles: tile.template operator()<MR>(i) for tiles of Max rows, then
+// (when Max > 4) one of 4, then one of 3, 2 or 1.
+template <int Max, class Tile>
+void for_row_tiles(int64_t i0, int64_t end, Tile&& tile) {
+  for (; i0 + Max <= end; i0 += Max) tile.template operator()<Max>(i0);
+  if constexpr (Max > 4) {
+    if (end - i0 >= 4) {
+      tile.template operator()<4>(i0);
+      i0 += 4;
+    }
   }
   switch (end - i0) {
     case 3:
-      return panel_tile<U, 3>(panel, a, i0, y, ldy, nr);
+      return tile.template operator()<3>(i0);
     case 2:
-      return panel_tile<U, 2>(panel, a, i0, y, ldy, nr);
+      return tile.template operator()<2>(i0);
     case 1:
-      return panel_tile<U, 1>(panel, a, i0, y, ldy, nr);
+      return tile.template operator()<1>(i0);
     default:
       return;
   }
@@ -313,7 +313,9 @@ void panel_gemm(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w
                           packed = p;
                         }
                         const int64_t i0 = mb * m_block;
-                        panel_rows<U>(panel.data(), a, i0, std::min(m_block, m - i0), y + n0, ldy, nr);
+                        for_row_tiles<kTileRows>(i0, i0 + std::min(m_block, m - i0), [&]<int MR>(int64_t i) {
+                          panel_tile<U, MR>(panel.data(), a, i, y + n0, ldy, nr);
+                        });
                       }
                     });
 }
@@ -481,7 +483,7 @@ template <int MX, bool kNL>
 void x8_group_q4(const BlockQ4_0x8* grp, const QuantizedRows& a, int64_t i0, float* y,
                  int64_t ldy) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i grid = _mm256_xor_si256(iq4_table(), _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i grid = iq4_table_u8();
   constexpr int32_t kOffset = kNL ? 128 : 8;
   __m256 acc[MX];
 #pragma GCC unroll 4
@@ -519,50 +521,35 @@ void x8_group_q4(const BlockQ4_0x8* grp, const QuantizedRows& a, int64_t i0, flo
   for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + i * ldy, acc[i]);
 }
 
-// The group kernel of an interleaved 32-element block type for MX rows of x.
-template <int MX>
-void x8_group_b32(DType t, const void* grp, const QuantizedRows& a, int64_t i0, float* y,
-                  int64_t ldy) {
-  if (t == DType::Q8_0)
-    x8_group_q8<MX>(static_cast<const BlockQ8_0x8*>(grp), a, i0, y, ldy);
-  else if (t == DType::Q4_0)
-    x8_group_q4<MX, false>(static_cast<const BlockQ4_0x8*>(grp), a, i0, y, ldy);
+// The group kernel of interleaved T for MX rows of x.
+template <DType T, int MX>
+void x8_group_b32(const uint8_t* grp, const QuantizedRows& a, int64_t i0, float* y, int64_t ldy) {
+  if constexpr (T == DType::Q8_0)
+    x8_group_q8<MX>(reinterpret_cast<const BlockQ8_0x8*>(grp), a, i0, y, ldy);
   else
-    x8_group_q4<MX, true>(static_cast<const BlockQ4_0x8*>(grp), a, i0, y, ldy);
+    x8_group_q4<MX, T == DType::IQ4_NL>(reinterpret_cast<const BlockQ4_0x8*>(grp), a, i0, y, ldy);
 }
 
 // GEMV on interleaved Q8_0 / Q4_0 / IQ4_NL: threads take ranges of groups; rows of x 4 at a
 // time per group, then 1-3.
+template <DType T>
 void x8_gemv_b32(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y,
                  int64_t ldy) {
   const int64_t groups = w.rows / kInterleaveRows;
   const size_t group_bytes =
-      static_cast<size_t>(kInterleaveRows) * dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
+      static_cast<size_t>(kInterleaveRows) * dtype_row_bytes(T, static_cast<uint64_t>(w.cols));
   const auto* base = static_cast<const uint8_t*>(w.data);
   pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
                     [&](int, int64_t g0, int64_t g1) {
                       for (int64_t g = g0; g < g1; ++g) {
-                        const void* grp = base + static_cast<size_t>(g) * group_bytes;
+                        const uint8_t* grp = base + static_cast<size_t>(g) * group_bytes;
                         float* yg = y + g * kInterleaveRows;
-                        int64_t i = 0;
-                        for (; i + 4 <= a.m; i += 4) x8_group_b32<4>(w.dtype, grp, a, i, yg + i * ldy, ldy);
-                        switch (a.m - i) {
-                          case 3:
-                            x8_group_b32<3>(w.dtype, grp, a, i, yg + i * ldy, ldy);
-                            break;
-                          case 2:
-                            x8_group_b32<2>(w.dtype, grp, a, i, yg + i * ldy, ldy);
-                            break;
-                          case 1:
-                            x8_group_b32<1>(w.dtype, grp, a, i, yg + i * ldy, ldy);
-                            break;
-                          default:
-                            break;
-                        }
+                        for_row_tiles<4>(0, a.m, [&]<int MX>(int64_t i) {
+                          x8_group_b32<T, MX>(grp, a, i, yg + i * ldy, ldy);
+                        });
                       }
                     });
 }
-
 
 // GEMM (m >= kPanelMinRows) on interleaved Q8_0 / Q4_0 / IQ4_NL: panels of two groups (16
 // rows), unpacked once per thread to the unsigned operand, 4 bytes of each of the 16 rows per
@@ -578,7 +565,7 @@ struct B32Panel {
 template <DType T>
 void pack_b32_panel(const WeightMatrix& w, int64_t g0, int ngroups, int64_t nb, B32Panel* panel) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i grid = _mm256_xor_si256(iq4_table(), _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i grid = iq4_table_u8();
   using X8 = std::conditional_t<T == DType::Q8_0, BlockQ8_0x8, BlockQ4_0x8>;
   const auto* groups = static_cast<const X8*>(w.data) + g0 * nb;
   for (int64_t b = 0; b < nb; ++b) {
@@ -646,27 +633,6 @@ void b32_tile(const B32Panel* panel, const QuantizedRows& a, int64_t i0, float* 
 }
 
 template <DType T>
-void b32_rows(const B32Panel* panel, const QuantizedRows& a, int64_t i0, int64_t rows, float* y,
-              int64_t ldy, int nr) {
-  const int64_t end = i0 + rows;
-  for (; i0 + kTileRows <= end; i0 += kTileRows) b32_tile<T, kTileRows>(panel, a, i0, y, ldy, nr);
-  if (end - i0 >= 4) {
-    b32_tile<T, 4>(panel, a, i0, y, ldy, nr);
-    i0 += 4;
-  }
-  switch (end - i0) {
-    case 3:
-      return b32_tile<T, 3>(panel, a, i0, y, ldy, nr);
-    case 2:
-      return b32_tile<T, 2>(panel, a, i0, y, ldy, nr);
-    case 1:
-      return b32_tile<T, 1>(panel, a, i0, y, ldy, nr);
-    default:
-      return;
-  }
-}
-
-template <DType T>
 void b32_gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y,
               int64_t ldy) {
   const int64_t m = a.m, groups = w.rows / kInterleaveRows;
@@ -686,8 +652,10 @@ void b32_gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, f
                           packed = p;
                         }
                         const int64_t i0 = mb * m_block;
-                        b32_rows<T>(panel.data(), a, i0, std::min(m_block, m - i0),
-                                    y + g0 * kInterleaveRows, ldy, ngroups * kInterleaveRows);
+                        for_row_tiles<kTileRows>(i0, i0 + std::min(m_block, m - i0), [&]<int MR>(int64_t i) {
+                          b32_tile<T, MR>(panel.data(), a, i, y + g0 * kInterleaveRows, ldy,
+                                          ngroups * kInterleaveRows);
+                        });
                       }
                     });
 }
@@ -699,10 +667,13 @@ void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, in
   if (is_block32_x8(w.dtype)) {  // interleaved (matmul_interleaved routes only those here)
     const QuantizedRows& q8 =
         quantize_activations<QuantizedRows, quantize_row_q8_ggml_avx2>(pool, x, m, w.cols);
-    if (m < kPanelMinRows) return x8_gemv_b32(pool, q8, w, y, ldy);
-    if (w.dtype == DType::Q8_0) return b32_gemm<DType::Q8_0>(pool, q8, w, y, ldy);
-    if (w.dtype == DType::Q4_0) return b32_gemm<DType::Q4_0>(pool, q8, w, y, ldy);
-    return b32_gemm<DType::IQ4_NL>(pool, q8, w, y, ldy);
+    auto run = [&]<DType T>() {
+      if (m < kPanelMinRows) return x8_gemv_b32<T>(pool, q8, w, y, ldy);
+      b32_gemm<T>(pool, q8, w, y, ldy);
+    };
+    if (w.dtype == DType::Q8_0) return run.template operator()<DType::Q8_0>();
+    if (w.dtype == DType::Q4_0) return run.template operator()<DType::Q4_0>();
+    return run.template operator()<DType::IQ4_NL>();
   }
   const QuantizedRowsK& acts =
       quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);
