@@ -340,7 +340,10 @@ void merge_splits(const AttentionArgs& a, const AttentionScratch& s) {
   }
 }
 
-void attention_flash(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& s) {
+}  // namespace
+
+void detail::attention_flash(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& s,
+                             detail::FlashUnitFn decode_unit) {
   plan_flash_units(a, s.units);
   split_keys(a, pool.size(), s);
   // Largest first (the causal triangle makes late query blocks the longest), handed out one
@@ -354,13 +357,15 @@ void attention_flash(ThreadPool& pool, const AttentionArgs& a, AttentionScratch&
   for (AttentionScratch::Thread& t : s.per_thread)
     t.scores.resize(static_cast<size_t>(detail::flash_work_floats(max_rows, a.head_dim)));
   pool.parallel_for(static_cast<int64_t>(s.units.size()), 1, [&](int thread, int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      detail::flash_unit_avx2(a, s.units[i], s.per_thread[thread].scores.data(), s.partial.data());
+    for (int64_t i = b; i < e; ++i) {
+      const FlashUnit& u = s.units[i];
+      float* work = s.per_thread[thread].scores.data();
+      if (u.decode) decode_unit(a, u, work, s.partial.data());
+      else detail::flash_unit_avx2(a, u, work, s.partial.data());
+    }
   });
   merge_splits(a, s);
 }
-
-}  // namespace
 
 void attention(ThreadPool& pool, const AttentionArgs& args, AttentionScratch& scratch,
                CpuKernel k) {
@@ -382,7 +387,13 @@ void attention(ThreadPool& pool, const AttentionArgs& args, AttentionScratch& sc
   // f16 and q8_0 rows are widened with F16C, which every AVX2 CPU made so far has.
   static const bool f16c = __builtin_cpu_supports("f16c");
   const bool flash_type = a.kv_type == DType::F32 || f16c;
-  if (cpu::has_avx2(k) && flash_shape && flash_type) return attention_flash(pool, a, scratch);
+  if (cpu::has_avx2(k) && flash_shape && flash_type) {
+    // Decode units in AVX-512 where that variant runs (twice the lanes per instruction for the
+    // K/V stream of decode at depth); prompts stay on the AVX2 tiles.
+    return detail::attention_flash(pool, a, scratch,
+                                   k == CpuKernel::Avx512 ? detail::flash_decode_unit_avx512
+                                                          : detail::flash_unit_avx2);
+  }
   attention_ref(pool, a, scratch);
 }
 

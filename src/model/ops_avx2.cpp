@@ -15,6 +15,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #include "backend/cpu/avx2_helpers.h"
+#include "model/flash_loop.h"
 
 namespace efim::ops::detail {
 
@@ -368,93 +369,25 @@ inline void block_softmax(float* S, const int64_t* lo, const int64_t* last, int6
   }
 }
 
-// The unit's geometry and tiles in the work memory (layout of flash_work_floats).
-struct FlashTiles {
-  int64_t hd, R;
-  float *Q, *O, *Kt, *S, *m, *l, *corr;
-  FlashTiles(float* work, int64_t rows, int64_t head_dim) : hd(head_dim), R(rows) {
-    Q = work;            // [R, hd] query rows times 1/sqrt(hd)
-    O = Q + R * hd;      // [R, hd] unnormalised output
-    Kt = O + R * hd;     // [hd, KB] keys of the current block, transposed
-    S = Kt + hd * KB;    // [R, KB] scores, then probabilities
-    m = S + R * KB;      // [R] running max of each row's scores
-    l = m + R;           // [R] running sum of exp(score - m)
-    corr = l + R;        // [R] rescale factor of the current block
-  }
-};
-
-// A padding key: zero bytes are 0 in every element type (q8_0: scale 0).
-alignas(64) const uint8_t kZeroRow[kFlashMaxHeadDim * sizeof(float)] = {};
-
 }  // namespace
 
 template <DType T>
 void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial) {
-  const int64_t hd = a.head_dim, n_h = u.h1 - u.h0, R = u.rows();
-  const int64_t qs = a.q_stride ? a.q_stride : a.n_heads * hd;
-  const int64_t os = a.out_stride ? a.out_stride : a.n_heads * hd;
-  FlashTiles w(work, R, hd);
-  int64_t last[kFlashMaxRows];  // position of each row's query: its last visible key
-  int64_t lo[kFlashMaxRows];    // its first visible key (sliding window)
-  float* out[kFlashMaxRows];
-  const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(static_cast<float>(hd)));
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t tok = u.seq->tokens[u.t0 + r / n_h], h = u.h0 + r % n_h;
-    last[r] = a.pos[tok];
-    lo[r] = first_visible(a.window, last[r]);
-    out[r] = a.out + tok * os + h * hd;
-    const float* q = a.q + tok * qs + h * hd;
-    for (int64_t d = 0; d < hd; d += 8) {
-      _mm256_storeu_ps(w.Q + r * hd + d, _mm256_mul_ps(_mm256_loadu_ps(q + d), scale));
-      _mm256_storeu_ps(w.O + r * hd + d, _mm256_setzero_ps());
-    }
-    w.m[r] = -std::numeric_limits<float>::infinity();
-    w.l[r] = 0;
-  }
-  const int64_t k_end = u.k1 < last[R - 1] + 1 ? u.k1 : last[R - 1] + 1;
-  const uint8_t* kbase = static_cast<const uint8_t*>(a.k) + u.kvh * a.kv_head_stride;
-  const uint8_t* vbase = static_cast<const uint8_t*>(a.v) + u.kvh * a.kv_head_stride;
-  const uint8_t* krow[KB];
-  const uint8_t* vrow[KB];
+  const int64_t hd = a.head_dim;
   // Direct scores for decode units of at most 3 heads per KV head (FlashUnit::decode; for them
   // it also costs about half of transposing the block), transposed tiles otherwise.
-  const bool direct = u.decode && n_h <= 3;
-  int64_t first = 0;  // rows [0, first) see no key from kb0 on
-  for (int64_t kb0 = u.k0; kb0 < k_end; kb0 += KB) {
-    const int64_t nb = k_end - kb0 < KB ? k_end - kb0 : KB;
-    while (last[first] < kb0) ++first;  // the last row always sees kb0 < k_end
-    int64_t end = R;  // rows [end, R) see no key before kb0 + nb (their window starts later)
-    while (end > first && lo[end - 1] >= kb0 + nb) --end;
-    if (end == first) continue;
-    for (int64_t j = 0; j < KB; ++j) {  // padding keys: zero rows, masked below
-      const int64_t slot = j < nb ? u.seq->ctx[kb0 + j] : -1;
-      krow[j] = slot >= 0 ? kbase + slot * a.kv_slot_stride : kZeroRow;
-      vrow[j] = slot >= 0 ? vbase + slot * a.kv_slot_stride : kZeroRow;
-    }
+  const bool direct = u.decode && u.h1 - u.h0 <= 3;
+  flash_unit_loop(a, u, work, partial, [&](FlashTiles& w, const FlashBlock& b) {
     if (direct) {
-      block_scores_direct<T>(w.Q, krow, w.S, first, end, hd);
+      block_scores_direct<T>(w.Q, b.krow, w.S, b.first, b.end, hd);
     } else {
       for (int64_t j = 0; j < KB; j += 8)
-        for (int64_t d = 0; d < hd; d += 8) transpose8x8<T>(krow + j, d, w.Kt, j);
-      block_scores(w.Q, w.Kt, w.S, first, end, hd);
+        for (int64_t d = 0; d < hd; d += 8) transpose8x8<T>(b.krow + j, d, w.Kt, j);
+      block_scores(w.Q, w.Kt, w.S, b.first, b.end, hd);
     }
-    block_softmax(w.S, lo, last, first, end, kb0, nb, w.m, w.l, w.corr);
-    block_values<T>(w.S, vrow, nb, w.corr, w.O, first, end, hd);
-  }
-  if (u.partial >= 0) {  // (m, l, O) per row, merged with the other key ranges later
-    float* p = partial + u.partial;
-    for (int64_t r = 0; r < R; ++r, p += 2 + hd) {
-      p[0] = w.m[r];
-      p[1] = w.l[r];
-      for (int64_t d = 0; d < hd; ++d) p[2 + d] = w.O[r * hd + d];
-    }
-    return;
-  }
-  for (int64_t r = 0; r < R; ++r) {
-    const __m256 inv = _mm256_set1_ps(1.0f / w.l[r]);
-    for (int64_t d = 0; d < hd; d += 8)
-      _mm256_storeu_ps(out[r] + d, _mm256_mul_ps(_mm256_loadu_ps(w.O + r * hd + d), inv));
-  }
+    block_softmax(w.S, b.lo, b.last, b.first, b.end, b.kb0, b.nb, w.m, w.l, w.corr);
+    block_values<T>(w.S, b.vrow, b.nb, w.corr, w.O, b.first, b.end, hd);
+  });
 }
 
 void flash_unit_avx2(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial) {

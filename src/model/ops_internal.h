@@ -37,6 +37,19 @@ inline int64_t flash_work_floats(int64_t rows, int64_t head_dim) {
 // Runs one unit; `work` has flash_work_floats(u.rows(), head_dim) floats; a.kv_slot_stride and
 // a.kv_head_stride are resolved (attention() fills them for slot-major rows).
 void flash_unit_avx2(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial);
+// The same for decode units (FlashUnit::decode) in AVX-512 (attention_decode_avx512.cpp), and
+// its build on SIMDe's emulation of the intrinsics (test builds only).
+void flash_decode_unit_avx512(const AttentionArgs& a, const FlashUnit& u, float* work,
+                              float* partial);
+void flash_decode_unit_avx512_emulated(const AttentionArgs& a, const FlashUnit& u, float* work,
+                                       float* partial);
+
+using FlashUnitFn = void (*)(const AttentionArgs&, const FlashUnit&, float*, float*);
+// Flash attention with strides resolved: every unit by flash_unit_avx2 except decode units,
+// which `decode_unit` runs (flash_unit_avx2 or flash_decode_unit_avx512*). ops::attention
+// chooses by CPU; tests call it with each kernel.
+void attention_flash(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch,
+                     FlashUnitFn decode_unit);
 
 // ---- elementwise (AVX2) ----
 void rms_norm_avx2(const float* x, const float* w, int64_t n, float eps, float* y);

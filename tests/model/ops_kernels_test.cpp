@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "model/batch.h"
 #include "model/ops.h"
+#include "model/ops_internal.h"
 
 namespace efim {
 namespace {
@@ -237,17 +238,41 @@ std::vector<double> naive(const AttnCase& c, const AttnData& d) {
   return out;
 }
 
-std::vector<float> run_attention(const AttnCase& c, AttnData& d, CpuKernel k) {
+// The kernels that run decode units (FlashUnit::decode): AVX2, and AVX-512 natively where the
+// CPU has it and on SIMDe's emulation everywhere. Prompt units run the AVX2 kernel under each.
+struct DecodeKernel {
+  const char* name;
+  ops::detail::FlashUnitFn fn;
+};
+std::vector<DecodeKernel> decode_kernels() {
+  std::vector<DecodeKernel> ks = {{"avx2", ops::detail::flash_unit_avx2},
+                                  {"avx512 (emulated)",
+                                   ops::detail::flash_decode_unit_avx512_emulated}};
+  if (cpu::kernel_supported(CpuKernel::Avx512))
+    ks.push_back({"avx512", ops::detail::flash_decode_unit_avx512});
+  return ks;
+}
+
+// One attention call into `out` (flash with decode kernel `dk`, or ops::attention(k) when dk
+// is null).
+void attend(ThreadPool& pool, const ops::AttentionArgs& a, ops::AttentionScratch& scratch,
+            CpuKernel k, ops::detail::FlashUnitFn dk) {
+  if (dk) ops::detail::attention_flash(pool, a, scratch, dk);
+  else ops::attention(pool, a, scratch, k);
+}
+
+std::vector<float> run_attention(const AttnCase& c, AttnData& d, CpuKernel k,
+                                 ops::detail::FlashUnitFn dk = nullptr) {
   const int64_t os = d.args.out_stride ? d.args.out_stride : c.n_heads * c.hd;
   std::vector<float> out(d.pos.size() * static_cast<size_t>(os), -7.0f);
   d.args.out = out.data();
   ThreadPool pool(c.threads);
   ops::AttentionScratch scratch;
-  ops::attention(pool, d.args, scratch, k);
+  attend(pool, d.args, scratch, k, dk);
   // A second call with the same scratch (reuse across layers) gives the same bits.
   std::vector<float> again(out.size(), -7.0f);
   d.args.out = again.data();
-  ops::attention(pool, d.args, scratch, k);
+  attend(pool, d.args, scratch, k, dk);
   EXPECT_EQ(out, again);
   // Dense [n, q_dim]; the columns past q_dim of strided rows must be left alone.
   std::vector<float> dense;
@@ -259,21 +284,25 @@ std::vector<float> run_attention(const AttnCase& c, AttnData& d, CpuKernel k) {
   return dense;
 }
 
+// ops::attention's flash path for `k` (AVX2 or AVX-512), each decode kernel through
+// attention_flash and the reference, against the direct computation in double.
 void check_flash(const AttnCase& c) {
   AttnData d;
   make_case(c, d, 21);
-  const std::vector<float> flash = run_attention(c, d, CpuKernel::Avx2);
-  const std::vector<float> ref = run_attention(c, d, CpuKernel::Scalar);
   const std::vector<double> want = naive(c, d);
-  double worst_flash = 0, worst_ref = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    worst_flash = std::max(worst_flash, std::fabs(flash[i] - want[i]));
-    worst_ref = std::max(worst_ref, std::fabs(ref[i] - want[i]));
-  }
-  EXPECT_LT(worst_flash, 2e-5) << "heads " << c.n_heads << "/" << c.n_kv << " hd " << c.hd
-                               << " kv " << dtype_name(c.kv);
-  EXPECT_LT(worst_ref, 2e-5) << "heads " << c.n_heads << "/" << c.n_kv << " hd " << c.hd
-                             << " kv " << dtype_name(c.kv);
+  auto check = [&](const std::vector<float>& got, const std::string& what) {
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+    EXPECT_LT(worst, 2e-5) << what << ": heads " << c.n_heads << "/" << c.n_kv << " hd "
+                           << c.hd << " kv " << dtype_name(c.kv);
+  };
+  check(run_attention(c, d, CpuKernel::Avx2), "attention avx2");
+  if (cpu::kernel_supported(CpuKernel::Avx512))
+    check(run_attention(c, d, CpuKernel::Avx512), "attention avx512");
+  if (c.hd % 16 == 0)  // flash shapes; other head_dims take the reference path only
+    for (const DecodeKernel& dk : decode_kernels())
+      check(run_attention(c, d, CpuKernel::Avx2, dk.fn), str("decode kernel ", dk.name));
+  check(run_attention(c, d, CpuKernel::Scalar), "reference");
 }
 
 TEST(FlashAttention, PrefillGqaMatchesReference) {
@@ -333,6 +362,7 @@ TEST(FlashAttention, SlidingWindowMatchesReference) {
 // With a sliding window too (the window's start moves with each token, across key blocks and
 // split positions).
 void check_verify_rows_bit_for_bit(int64_t window) {
+  for (const DecodeKernel& dk : decode_kernels())
   for (DType kv : {DType::F16, DType::Q8_0, DType::F32})
     for (const auto& [heads, kvh] : {std::pair{6, 2}, std::pair{12, 2}, std::pair{4, 1}})
       for (int64_t last : {int64_t{300}, int64_t{515}, int64_t{1030}, int64_t{1600}})
@@ -346,7 +376,7 @@ void check_verify_rows_bit_for_bit(int64_t window) {
           ThreadPool pool(threads);
           ops::AttentionScratch scratch;
           d.args.out = verify.data();
-          ops::attention(pool, d.args, scratch, CpuKernel::Avx2);
+          ops::detail::attention_flash(pool, d.args, scratch, dk.fn);
           for (int64_t t = 0; t < n_tok; ++t) {
             std::vector<ops::AttentionSeq> one(1);
             one[0].tokens = {static_cast<int32_t>(t)};
@@ -356,11 +386,12 @@ void check_verify_rows_bit_for_bit(int64_t window) {
             a.seqs = &one;
             std::vector<float> alone(static_cast<size_t>(n_tok * width), -7.0f);
             a.out = alone.data();
-            ops::attention(pool, a, scratch, CpuKernel::Avx2);
+            ops::detail::attention_flash(pool, a, scratch, dk.fn);
             EXPECT_EQ(std::memcmp(alone.data() + t * width, verify.data() + t * width,
                                   static_cast<size_t>(width) * sizeof(float)),
                       0)
-                << dtype_name(kv) << " heads " << heads << "/" << kvh << " position "
+                << dk.name << " " << dtype_name(kv) << " heads " << heads << "/" << kvh
+                << " position "
                 << one[0].n_ctx - 1 << " threads " << threads << " window " << window;
           }
         }

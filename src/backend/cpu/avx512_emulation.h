@@ -48,6 +48,15 @@ inline simde__m512 cvtph_ps(simde__m256i a) {
   return join(simde_mm256_cvtph_ps(simde_mm256_castsi256_si128(a)),
               simde_mm256_cvtph_ps(simde_mm256_extracti128_si256(a, 1)));
 }
+// 16 x f32 -> 16 x i32, truncated
+inline simde__m512i cvttps_epi32(simde__m512 a) {
+  return join(simde_mm256_cvttps_epi32(simde_mm512_castps512_ps256(a)),
+              simde_mm256_cvttps_epi32(simde_mm256_castpd_ps(simde_mm512_extractf64x4_pd(simde_mm512_castps_pd(a), 1))));
+}
+// 16 x i8 -> 16 x i32, sign extended
+inline simde__m512i cvtepi8_epi32(simde__m128i a) {
+  return join(simde_mm256_cvtepi8_epi32(a), simde_mm256_cvtepi8_epi32(simde_mm_srli_si128(a, 8)));
+}
 
 }  // namespace
 }  // namespace efim::cpu::emulated
@@ -61,3 +70,5 @@ inline simde__m512 cvtph_ps(simde__m256i a) {
 #define _mm512_cvtepi32_ps(a) efim::cpu::emulated::cvtepi32_ps(a)
 #define _mm512_cvtepu16_epi32(a) efim::cpu::emulated::cvtepu16_epi32(a)
 #define _mm512_cvtph_ps(a) efim::cpu::emulated::cvtph_ps(a)
+#define _mm512_cvttps_epi32(a) efim::cpu::emulated::cvttps_epi32(a)
+#define _mm512_cvtepi8_epi32(a) efim::cpu::emulated::cvtepi8_epi32(a)

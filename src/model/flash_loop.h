@@ -1,0 +1,107 @@
+// The loop of one flash-attention unit over its key blocks, shared by the AVX2 kernel
+// (ops_avx2.cpp) and the AVX-512 decode kernel (attention_decode_avx512.cpp): the unit's rows,
+// the pre-scaled queries, the visible key range of each row, the slots of each block and the
+// final normalisation or partial (m, l, O) output. What a block computes (scores, online
+// softmax, values) is the caller's `block` functor, in the caller's instruction set.
+//
+// Included by those two files only, after their `#pragma GCC target` and after <cmath>,
+// <cstdint> and <limits> (so no standard header is compiled for their target here).
+#pragma once
+
+#include "model/ops_internal.h"
+
+namespace efim::ops::detail {
+namespace {  // internal linkage: one copy per instruction set
+
+// The unit's geometry and tiles in the work memory (layout of flash_work_floats).
+struct FlashTiles {
+  int64_t hd, R;
+  float *Q, *O, *Kt, *S, *m, *l, *corr;
+  FlashTiles(float* work, int64_t rows, int64_t head_dim) : hd(head_dim), R(rows) {
+    Q = work;                        // [R, hd] query rows times 1/sqrt(hd)
+    O = Q + R * hd;                  // [R, hd] unnormalised output
+    Kt = O + R * hd;                 // [hd, KB] keys of the current block, transposed
+    S = Kt + hd * kFlashKeyBlock;    // [R, KB] scores, then probabilities
+    m = S + R * kFlashKeyBlock;      // [R] running max of each row's scores
+    l = m + R;                       // [R] running sum of exp(score - m)
+    corr = l + R;                    // [R] rescale factor of the current block
+  }
+};
+
+// One block of keys as the block functor sees it: rows [first, end) see at least one of its
+// keys; row r sees keys lo[r] .. last[r] (positions); krow / vrow hold kFlashKeyBlock row
+// pointers, padding keys (j >= nb) pointing at zero rows.
+struct FlashBlock {
+  const uint8_t* const* krow;
+  const uint8_t* const* vrow;
+  int64_t kb0, nb, first, end;
+  const int64_t* lo;
+  const int64_t* last;
+};
+
+// A padding key: zero bytes are 0 in every element type (q8_0: scale 0).
+alignas(64) const uint8_t kZeroRow[kFlashMaxHeadDim * sizeof(float)] = {};
+
+// Runs unit u: block(tiles, FlashBlock) for each key block the unit's rows see, then writes
+// the normalised rows (u.partial < 0) or each row's (m, l, O) at partial + u.partial.
+template <class Block>
+void flash_unit_loop(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial,
+                     Block&& block) {
+  constexpr int64_t KB = kFlashKeyBlock;
+  const int64_t hd = a.head_dim, n_h = u.h1 - u.h0, R = u.rows();
+  const int64_t qs = a.q_stride ? a.q_stride : a.n_heads * hd;
+  const int64_t os = a.out_stride ? a.out_stride : a.n_heads * hd;
+  FlashTiles w(work, R, hd);
+  int64_t last[kFlashMaxRows];  // position of each row's query: its last visible key
+  int64_t lo[kFlashMaxRows];    // its first visible key (sliding window)
+  float* out[kFlashMaxRows];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t tok = u.seq->tokens[u.t0 + r / n_h], h = u.h0 + r % n_h;
+    last[r] = a.pos[tok];
+    lo[r] = first_visible(a.window, last[r]);
+    out[r] = a.out + tok * os + h * hd;
+    const float* q = a.q + tok * qs + h * hd;
+    for (int64_t d = 0; d < hd; ++d) {
+      w.Q[r * hd + d] = q[d] * scale;
+      w.O[r * hd + d] = 0.0f;
+    }
+    w.m[r] = -std::numeric_limits<float>::infinity();
+    w.l[r] = 0;
+  }
+  const int64_t k_end = u.k1 < last[R - 1] + 1 ? u.k1 : last[R - 1] + 1;
+  const uint8_t* kbase = static_cast<const uint8_t*>(a.k) + u.kvh * a.kv_head_stride;
+  const uint8_t* vbase = static_cast<const uint8_t*>(a.v) + u.kvh * a.kv_head_stride;
+  const uint8_t* krow[KB];
+  const uint8_t* vrow[KB];
+  int64_t first = 0;  // rows [0, first) see no key from kb0 on
+  for (int64_t kb0 = u.k0; kb0 < k_end; kb0 += KB) {
+    const int64_t nb = k_end - kb0 < KB ? k_end - kb0 : KB;
+    while (last[first] < kb0) ++first;  // the last row always sees kb0 < k_end
+    int64_t end = R;  // rows [end, R) see no key before kb0 + nb (their window starts later)
+    while (end > first && lo[end - 1] >= kb0 + nb) --end;
+    if (end == first) continue;
+    for (int64_t j = 0; j < KB; ++j) {  // padding keys: zero rows, masked by the block
+      const int64_t slot = j < nb ? u.seq->ctx[kb0 + j] : -1;
+      krow[j] = slot >= 0 ? kbase + slot * a.kv_slot_stride : kZeroRow;
+      vrow[j] = slot >= 0 ? vbase + slot * a.kv_slot_stride : kZeroRow;
+    }
+    block(w, FlashBlock{krow, vrow, kb0, nb, first, end, lo, last});
+  }
+  if (u.partial >= 0) {  // (m, l, O) per row, merged with the other key ranges later
+    float* p = partial + u.partial;
+    for (int64_t r = 0; r < R; ++r, p += 2 + hd) {
+      p[0] = w.m[r];
+      p[1] = w.l[r];
+      for (int64_t d = 0; d < hd; ++d) p[2 + d] = w.O[r * hd + d];
+    }
+    return;
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const float inv = 1.0f / w.l[r];
+    for (int64_t d = 0; d < hd; ++d) out[r][d] = w.O[r * hd + d] * inv;
+  }
+}
+
+}  // namespace
+}  // namespace efim::ops::detail
