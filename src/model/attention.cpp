@@ -268,24 +268,27 @@ void plan_flash_units(const AttentionArgs& a, std::vector<FlashUnit>& units) {
 // thread gets work: a decode unit's keys at fixed positions (at the multiples of
 // kFlashDecodeSplit, so a row sees the same pieces in a one-token step and in a verify step,
 // and pieces before its window add exactly nothing); other units only when there are fewer
-// than twice the threads, in as many whole-block pieces as that needs.
-void split_keys(const AttentionArgs& a, int n_threads, AttentionScratch& s) {
+// than twice the threads, in as many whole-block pieces as that needs. With fixed_cells, every
+// unit's keys are cut at those positions whatever the threads and the batch, so that a row's
+// pieces depend on its position alone.
+void split_keys(const AttentionArgs& a, int n_threads, bool fixed_cells, AttentionScratch& s) {
   s.splits.clear();
   const int64_t n_units = static_cast<int64_t>(s.units.size());
-  if (n_threads <= 1 || n_units == 0) return;
+  if ((n_threads <= 1 && !fixed_cells) || n_units == 0) return;
   const int64_t want = n_units < 2 * n_threads ? (2 * n_threads + n_units - 1) / n_units : 1;
   // Decode units split when their (sequence, KV head, head group)s are fewer than twice the
   // threads: counted without the token blocks, so a verify step decides as a one-token step.
   int64_t decode_groups = 0;
   for (const FlashUnit& u : s.units) decode_groups += u.decode && u.t0 == 0;
-  const bool split_decode = decode_groups < 2 * n_threads;
+  const bool split_decode = fixed_cells || decode_groups < 2 * n_threads;
   int64_t partial = 0;
   for (int64_t i = 0; i < n_units; ++i) {
     const FlashUnit u = s.units[i];
     const int64_t n_keys = u.k1 - u.k0;
     int64_t per = 0;
     const int64_t cell = detail::kFlashDecodeSplit;
-    if (u.decode) {
+    const bool at_cells = u.decode || fixed_cells;
+    if (at_cells) {
       if (!split_decode || u.k0 / cell == (u.k1 - 1) / cell) continue;  // inside one cell
     } else {
       const int64_t pieces = std::min(want, n_keys / kMinSplitKeys);
@@ -297,7 +300,7 @@ void split_keys(const AttentionArgs& a, int n_threads, AttentionScratch& s) {
     AttentionScratch::Split split{u, 0};
     split.whole.partial = partial;
     // Decode pieces end at the multiples of `cell`; the others are `per` keys from k0.
-    auto next = [&](int64_t k0) { return u.decode ? (k0 / cell + 1) * cell : k0 + per; };
+    auto next = [&](int64_t k0) { return at_cells ? (k0 / cell + 1) * cell : k0 + per; };
     for (int64_t k0 = u.k0; k0 < u.k1; k0 = next(k0), ++split.n_ranges) {
       FlashUnit piece = u;
       piece.k0 = k0;
@@ -343,9 +346,9 @@ void merge_splits(const AttentionArgs& a, const AttentionScratch& s) {
 }  // namespace
 
 void detail::attention_flash(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& s,
-                             detail::FlashUnitFn decode_unit) {
+                             const FlashKernel& kernel) {
   plan_flash_units(a, s.units);
-  split_keys(a, pool.size(), s);
+  split_keys(a, pool.size(), kernel.invariant, s);
   // Largest first (the causal triangle makes late query blocks the longest), handed out one
   // at a time: the threads finish together.
   std::stable_sort(s.units.begin(), s.units.end(), [](const FlashUnit& x, const FlashUnit& y) {
@@ -360,8 +363,7 @@ void detail::attention_flash(ThreadPool& pool, const AttentionArgs& a, Attention
     for (int64_t i = b; i < e; ++i) {
       const FlashUnit& u = s.units[i];
       float* work = s.per_thread[thread].scores.data();
-      if (u.decode) decode_unit(a, u, work, s.partial.data());
-      else detail::flash_unit_avx2(a, u, work, s.partial.data());
+      (u.decode ? kernel.decode : kernel.prompt)(a, u, work, s.partial.data());
     }
   });
   merge_splits(a, s);
@@ -388,11 +390,9 @@ void attention(ThreadPool& pool, const AttentionArgs& args, AttentionScratch& sc
   static const bool f16c = __builtin_cpu_supports("f16c");
   const bool flash_type = a.kv_type == DType::F32 || f16c;
   if (cpu::has_avx2(k) && flash_shape && flash_type) {
-    // Decode units in AVX-512 where that variant runs (twice the lanes per instruction for the
-    // K/V stream of decode at depth); prompts stay on the AVX2 tiles.
     return detail::attention_flash(pool, a, scratch,
-                                   k == CpuKernel::Avx512 ? detail::flash_decode_unit_avx512
-                                                          : detail::flash_unit_avx2);
+                                   k == CpuKernel::Avx512 ? detail::kFlashAvx512
+                                                          : detail::kFlashAvx2);
   }
   attention_ref(pool, a, scratch);
 }

@@ -1,5 +1,5 @@
 // The loop of one flash-attention unit over its key blocks, shared by the AVX2 kernel
-// (ops_avx2.cpp) and the AVX-512 decode kernel (attention_decode_avx512.cpp): the unit's rows,
+// (ops_avx2.cpp) and the AVX-512 decode kernel (attention_avx512.cpp): the unit's rows,
 // the pre-scaled queries, the visible key range of each row, the slots of each block and the
 // final normalisation or partial (m, l, O) output. What a block computes (scores, online
 // softmax, values) is the caller's `block` functor, in the caller's instruction set.

@@ -125,10 +125,12 @@ struct FlashUnit {
   int64_t partial = -1;
   // Batch invariance: a sequence with at most kFlashDecodeTokens query tokens in the step (a
   // decode token, or a token and its speculative draft) has its keys split across threads at
-  // fixed positions (multiples of kFlashDecodeSplit) and, with at most 3 heads per KV head, its
-  // scores read straight from the key rows, 3 rows at a time; every other unit uses transposed
-  // key tiles. Each row's arithmetic is then the same whatever the number of tokens, so a
-  // verify step computes the rows of one-token decode steps bit for bit.
+  // fixed positions (multiples of kFlashDecodeSplit) and, under AVX2 with at most 3 heads per
+  // KV head, its scores read straight from the key rows, 3 rows at a time; other AVX2 units use
+  // transposed key tiles. Each row's arithmetic is then the same whatever the number of tokens,
+  // so a verify step computes the rows of one-token decode steps bit for bit. The AVX-512
+  // kernel goes further: every unit is computed and split that way, so rows do not depend on
+  // the batch at all (detail::FlashKernel::invariant).
   bool decode = false;
   int64_t rows() const { return (t1 - t0) * (h1 - h0); }
 };

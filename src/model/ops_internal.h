@@ -37,19 +37,33 @@ inline int64_t flash_work_floats(int64_t rows, int64_t head_dim) {
 // Runs one unit; `work` has flash_work_floats(u.rows(), head_dim) floats; a.kv_slot_stride and
 // a.kv_head_stride are resolved (attention() fills them for slot-major rows).
 void flash_unit_avx2(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial);
-// The same for decode units (FlashUnit::decode) in AVX-512 (attention_decode_avx512.cpp), and
-// its build on SIMDe's emulation of the intrinsics (test builds only).
-void flash_decode_unit_avx512(const AttentionArgs& a, const FlashUnit& u, float* work,
-                              float* partial);
-void flash_decode_unit_avx512_emulated(const AttentionArgs& a, const FlashUnit& u, float* work,
-                                       float* partial);
+// The same in AVX-512 (attention_avx512.cpp: scores straight from the key rows for
+// every unit), and its build on SIMDe's emulation of the intrinsics (test builds only).
+void flash_unit_avx512(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial);
+void flash_unit_avx512_emulated(const AttentionArgs& a, const FlashUnit& u, float* work,
+                                float* partial);
 
 using FlashUnitFn = void (*)(const AttentionArgs&, const FlashUnit&, float*, float*);
-// Flash attention with strides resolved: every unit by flash_unit_avx2 except decode units,
-// which `decode_unit` runs (flash_unit_avx2 or flash_decode_unit_avx512*). ops::attention
-// chooses by CPU; tests call it with each kernel.
+// The kernels of one instruction set: for decode units (FlashUnit::decode) and the others, and
+// whether it is batch-invariant. Invariant: every row is computed the same way whatever unit
+// it is in (one kernel for both kinds, rows independent of their tile) and every unit's keys
+// are cut at the multiples of kFlashDecodeSplit whatever the batch and the threads, so a row's
+// output depends on its query, position and keys only: not on how the prompt was chunked,
+// which other sequences share the step, or the thread count. AVX2 (transposed tiles for
+// prompts, splits by thread count) is invariant between a verify step and one-token steps
+// only.
+struct FlashKernel {
+  FlashUnitFn decode, prompt;
+  bool invariant;
+};
+inline constexpr FlashKernel kFlashAvx2{flash_unit_avx2, flash_unit_avx2, false};
+inline constexpr FlashKernel kFlashAvx512{flash_unit_avx512, flash_unit_avx512, true};
+inline constexpr FlashKernel kFlashAvx512Emulated{flash_unit_avx512_emulated,
+                                                  flash_unit_avx512_emulated, true};
+// Flash attention with strides resolved. ops::attention chooses the kernel by CPU; tests call
+// it with each.
 void attention_flash(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch,
-                     FlashUnitFn decode_unit);
+                     const FlashKernel& kernel);
 
 // ---- elementwise (AVX2) ----
 void rms_norm_avx2(const float* x, const float* w, int64_t n, float eps, float* y);

@@ -238,41 +238,39 @@ std::vector<double> naive(const AttnCase& c, const AttnData& d) {
   return out;
 }
 
-// The kernels that run decode units (FlashUnit::decode): AVX2, and AVX-512 natively where the
-// CPU has it and on SIMDe's emulation everywhere. Prompt units run the AVX2 kernel under each.
-struct DecodeKernel {
+// The flash kernels: AVX2, and AVX-512 natively where the CPU has it and on SIMDe's emulation
+// everywhere.
+struct NamedKernel {
   const char* name;
-  ops::detail::FlashUnitFn fn;
+  ops::detail::FlashKernel kernel;
 };
-std::vector<DecodeKernel> decode_kernels() {
-  std::vector<DecodeKernel> ks = {{"avx2", ops::detail::flash_unit_avx2},
-                                  {"avx512 (emulated)",
-                                   ops::detail::flash_decode_unit_avx512_emulated}};
+std::vector<NamedKernel> flash_kernels() {
+  std::vector<NamedKernel> ks = {{"avx2", ops::detail::kFlashAvx2},
+                                 {"avx512 (emulated)", ops::detail::kFlashAvx512Emulated}};
   if (cpu::kernel_supported(CpuKernel::Avx512))
-    ks.push_back({"avx512", ops::detail::flash_decode_unit_avx512});
+    ks.push_back({"avx512", ops::detail::kFlashAvx512});
   return ks;
 }
 
-// One attention call into `out` (flash with decode kernel `dk`, or ops::attention(k) when dk
-// is null).
+// One attention call (flash with kernel `fk`, or ops::attention(k) when fk is null).
 void attend(ThreadPool& pool, const ops::AttentionArgs& a, ops::AttentionScratch& scratch,
-            CpuKernel k, ops::detail::FlashUnitFn dk) {
-  if (dk) ops::detail::attention_flash(pool, a, scratch, dk);
+            CpuKernel k, const ops::detail::FlashKernel* fk) {
+  if (fk) ops::detail::attention_flash(pool, a, scratch, *fk);
   else ops::attention(pool, a, scratch, k);
 }
 
 std::vector<float> run_attention(const AttnCase& c, AttnData& d, CpuKernel k,
-                                 ops::detail::FlashUnitFn dk = nullptr) {
+                                 const ops::detail::FlashKernel* fk = nullptr) {
   const int64_t os = d.args.out_stride ? d.args.out_stride : c.n_heads * c.hd;
   std::vector<float> out(d.pos.size() * static_cast<size_t>(os), -7.0f);
   d.args.out = out.data();
   ThreadPool pool(c.threads);
   ops::AttentionScratch scratch;
-  attend(pool, d.args, scratch, k, dk);
+  attend(pool, d.args, scratch, k, fk);
   // A second call with the same scratch (reuse across layers) gives the same bits.
   std::vector<float> again(out.size(), -7.0f);
   d.args.out = again.data();
-  attend(pool, d.args, scratch, k, dk);
+  attend(pool, d.args, scratch, k, fk);
   EXPECT_EQ(out, again);
   // Dense [n, q_dim]; the columns past q_dim of strided rows must be left alone.
   std::vector<float> dense;
@@ -284,7 +282,7 @@ std::vector<float> run_attention(const AttnCase& c, AttnData& d, CpuKernel k,
   return dense;
 }
 
-// ops::attention's flash path for `k` (AVX2 or AVX-512), each decode kernel through
+// ops::attention's flash path for `k` (AVX2 or AVX-512), each flash kernel through
 // attention_flash and the reference, against the direct computation in double.
 void check_flash(const AttnCase& c) {
   AttnData d;
@@ -300,8 +298,8 @@ void check_flash(const AttnCase& c) {
   if (cpu::kernel_supported(CpuKernel::Avx512))
     check(run_attention(c, d, CpuKernel::Avx512), "attention avx512");
   if (c.hd % 16 == 0)  // flash shapes; other head_dims take the reference path only
-    for (const DecodeKernel& dk : decode_kernels())
-      check(run_attention(c, d, CpuKernel::Avx2, dk.fn), str("decode kernel ", dk.name));
+    for (const NamedKernel& fk : flash_kernels())
+      check(run_attention(c, d, CpuKernel::Avx2, &fk.kernel), str("kernel ", fk.name));
   check(run_attention(c, d, CpuKernel::Scalar), "reference");
 }
 
@@ -362,7 +360,7 @@ TEST(FlashAttention, SlidingWindowMatchesReference) {
 // With a sliding window too (the window's start moves with each token, across key blocks and
 // split positions).
 void check_verify_rows_bit_for_bit(int64_t window) {
-  for (const DecodeKernel& dk : decode_kernels())
+  for (const NamedKernel& fk : flash_kernels())
   for (DType kv : {DType::F16, DType::Q8_0, DType::F32})
     for (const auto& [heads, kvh] : {std::pair{6, 2}, std::pair{12, 2}, std::pair{4, 1}})
       for (int64_t last : {int64_t{300}, int64_t{515}, int64_t{1030}, int64_t{1600}})
@@ -376,7 +374,7 @@ void check_verify_rows_bit_for_bit(int64_t window) {
           ThreadPool pool(threads);
           ops::AttentionScratch scratch;
           d.args.out = verify.data();
-          ops::detail::attention_flash(pool, d.args, scratch, dk.fn);
+          ops::detail::attention_flash(pool, d.args, scratch, fk.kernel);
           for (int64_t t = 0; t < n_tok; ++t) {
             std::vector<ops::AttentionSeq> one(1);
             one[0].tokens = {static_cast<int32_t>(t)};
@@ -386,11 +384,11 @@ void check_verify_rows_bit_for_bit(int64_t window) {
             a.seqs = &one;
             std::vector<float> alone(static_cast<size_t>(n_tok * width), -7.0f);
             a.out = alone.data();
-            ops::detail::attention_flash(pool, a, scratch, dk.fn);
+            ops::detail::attention_flash(pool, a, scratch, fk.kernel);
             EXPECT_EQ(std::memcmp(alone.data() + t * width, verify.data() + t * width,
                                   static_cast<size_t>(width) * sizeof(float)),
                       0)
-                << dk.name << " " << dtype_name(kv) << " heads " << heads << "/" << kvh
+                << fk.name << " " << dtype_name(kv) << " heads " << heads << "/" << kvh
                 << " position "
                 << one[0].n_ctx - 1 << " threads " << threads << " window " << window;
           }
@@ -406,6 +404,58 @@ TEST(FlashAttention, WindowedVerifyRowsEqualOneTokenDecodeStepsBitForBit) {
   need_avx2();
   check_verify_rows_bit_for_bit(4);    // the window starts in the step's own tokens
   check_verify_rows_bit_for_bit(700);  // ... in an earlier key block, on either side of 512
+}
+
+// Batch invariance of the invariant kernels (AVX-512, FlashKernel::invariant): the rows of a
+// sequence's last 40 tokens computed in one step beside another sequence's prompt chunk and
+// decode token, and again in chunks of 7, 16 and 17 tokens alone (a chunk of at most 16 tokens
+// is a decode unit, a longer one a prompt unit), with 1, 2 and 3 threads, are the same bit for
+// bit; contexts across the split positions (512, 1024), with and without a sliding window.
+TEST(FlashAttention, InvariantKernelsRowsDoNotDependOnTheBatch) {
+  for (const NamedKernel& fk : flash_kernels()) {
+    if (!fk.kernel.invariant) continue;
+    for (DType kv : {DType::F16, DType::Q8_0, DType::F32})
+      for (const auto& [heads, kvh] : {std::pair{6, 2}, std::pair{12, 2}, std::pair{4, 1}})
+        for (int64_t window : {int64_t{0}, int64_t{700}}) {
+          const int64_t n_tok = 40, len = 1100, width = heads * 64;
+          const AttnCase c{heads, kvh, 64, {len, 300, 900}, {n_tok, 50, 1}, 2, false, kv,
+                           window};
+          AttnData d;
+          make_case(c, d, uint32_t(heads + window));
+          std::vector<float> together(d.pos.size() * size_t(width), -7.0f);
+          {
+            ThreadPool pool(2);
+            ops::AttentionScratch scratch;
+            d.args.out = together.data();
+            ops::detail::attention_flash(pool, d.args, scratch, fk.kernel);
+          }
+          const std::vector<int32_t>& rows = d.seqs[0].tokens;  // rows of q, ascending position
+          for (int threads : {1, 2, 3}) {
+            ThreadPool pool(threads);
+            ops::AttentionScratch scratch;
+            std::vector<float> chunked(together.size(), -7.0f);
+            size_t t0 = 0;
+            for (size_t n : {size_t{7}, size_t{16}, size_t{17}}) {
+              std::vector<ops::AttentionSeq> one(1);
+              one[0].tokens.assign(rows.begin() + ptrdiff_t(t0), rows.begin() + ptrdiff_t(t0 + n));
+              one[0].ctx = d.slots[0].data();
+              one[0].n_ctx = d.pos[size_t(one[0].tokens.back())] + 1;
+              ops::AttentionArgs a = d.args;
+              a.seqs = &one;
+              a.out = chunked.data();
+              ops::detail::attention_flash(pool, a, scratch, fk.kernel);
+              t0 += n;
+            }
+            for (int32_t r : rows)
+              EXPECT_EQ(std::memcmp(chunked.data() + r * width, together.data() + r * width,
+                                    size_t(width) * sizeof(float)),
+                        0)
+                  << fk.name << " " << dtype_name(kv) << " heads " << heads << "/" << kvh
+                  << " position " << d.pos[size_t(r)] << " threads " << threads << " window "
+                  << window;
+          }
+        }
+  }
 }
 
 // f16 and q8_0 caches read in place: flash (AVX2 + F16C) and the reference (which widens the
