@@ -169,7 +169,8 @@ inline void block_softmax(float* S, const FlashBlock& b, float* m, float* l, flo
       _mm512_storeu_ps(s + j, p);
       sum = _mm512_add_ps(sum, p);
     }
-    corr[r] = std::exp(m[r] - m_new);  // 0 on the first block (m = -inf)
+    // 0 on the first block (m = -inf); exactly 1 when the max did not move (exp(0) = 1).
+    corr[r] = m_new == m[r] ? 1.0f : std::exp(m[r] - m_new);
     l[r] = l[r] * corr[r] + cpu::hsum(sum);
     m[r] = m_new;
   }

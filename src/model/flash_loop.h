@@ -81,11 +81,12 @@ void flash_unit_loop(const AttentionArgs& a, const FlashUnit& u, float* work, fl
     int64_t end = R;  // rows [end, R) see no key before kb0 + nb (their window starts later)
     while (end > first && lo[end - 1] >= kb0 + nb) --end;
     if (end == first) continue;
-    for (int64_t j = 0; j < KB; ++j) {  // padding keys: zero rows, masked by the block
-      const int64_t slot = j < nb ? u.seq->ctx[kb0 + j] : -1;
-      krow[j] = slot >= 0 ? kbase + slot * a.kv_slot_stride : kZeroRow;
-      vrow[j] = slot >= 0 ? vbase + slot * a.kv_slot_stride : kZeroRow;
+    const int32_t* slots = u.seq->ctx + kb0;
+    for (int64_t j = 0; j < nb; ++j) {
+      krow[j] = kbase + slots[j] * a.kv_slot_stride;
+      vrow[j] = vbase + slots[j] * a.kv_slot_stride;
     }
+    for (int64_t j = nb; j < KB; ++j) krow[j] = vrow[j] = kZeroRow;  // padding, masked
     block(w, FlashBlock{krow, vrow, kb0, nb, first, end, lo, last});
   }
   if (u.partial >= 0) {  // (m, l, O) per row, merged with the other key ranges later
