@@ -48,6 +48,7 @@ namespace {
 
 constexpr int64_t KB = kFlashKeyBlock;
 constexpr int kMaxTileRows = 6;  // rows per pass: 6 x 4 sums (scores), 6 x 4 vectors (values)
+                                 // (3 x 8 vectors for wide heads)
 
 // Values d .. d + 15 of one head's K or V row in the cache's element type T, as f32. Q8_0:
 // head_dim is whole 32-value blocks, so the 16 values lie in block d / 32.
@@ -186,24 +187,24 @@ inline void values_tile(const float* P, const uint8_t* const* vrow, int64_t nb,
 #pragma GCC unroll 6
     for (int i = 0; i < NR; ++i) {
       const __m512 s = _mm512_set1_ps(corr[r0 + i]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int c = 0; c < NC; ++c)
         acc[i][c] = _mm512_mul_ps(_mm512_loadu_ps(O + (r0 + i) * hd + c0 + 16 * c), s);
     }
     for (int64_t j = 0; j < nb; ++j) {
       __m512 v[NC];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) v[c] = load16<T>(vrow[j], c0 + 16 * c);
 #pragma GCC unroll 6
       for (int i = 0; i < NR; ++i) {
         const __m512 p = _mm512_set1_ps(P[(r0 + i) * KB + j]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_fmadd_ps(p, v[c], acc[i][c]);
       }
     }
 #pragma GCC unroll 6
     for (int i = 0; i < NR; ++i)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) _mm512_storeu_ps(O + (r0 + i) * hd + c0 + 16 * c, acc[i][c]);
   }
 }
@@ -224,11 +225,30 @@ inline void block_values_nc(const float* P, const uint8_t* const* vrow, int64_t 
   }
 }
 
-// 64 dimensions per pass where head_dim allows (64, 128, 256), else 32, else 16.
+// head_dim 128 and 256: 3 rows x 128 dimensions per pass, so that each value row is read
+// whole and in order (6 rows x 64 dimensions read half rows 256 bytes apart, which the
+// hardware prefetcher follows worse: decode attention of the 1.5B shape at 4096 keys, from
+// memory, 12% faster).
+template <DType T>
+inline void block_values_wide(const float* P, const uint8_t* const* vrow, int64_t nb,
+                              const float* corr, float* O, int64_t first, int64_t end,
+                              int64_t hd) {
+  for (int64_t r = first; r < end; r += 3) {
+    switch (std::min<int64_t>(3, end - r)) {
+      case 3: values_tile<T, 3, 8>(P, vrow, nb, corr, O, r, hd); break;
+      case 2: values_tile<T, 2, 8>(P, vrow, nb, corr, O, r, hd); break;
+      default: values_tile<T, 1, 8>(P, vrow, nb, corr, O, r, hd); break;
+    }
+  }
+}
+
+// 128 dimensions per pass for head_dim 128 and 256, else 64 where head_dim allows, else 32,
+// else 16.
 template <DType T>
 inline void block_values(const float* P, const uint8_t* const* vrow, int64_t nb,
                          const float* corr, float* O, int64_t first, int64_t end, int64_t hd) {
-  if (hd % 64 == 0) block_values_nc<T, 4>(P, vrow, nb, corr, O, first, end, hd);
+  if (hd % 128 == 0) block_values_wide<T>(P, vrow, nb, corr, O, first, end, hd);
+  else if (hd % 64 == 0) block_values_nc<T, 4>(P, vrow, nb, corr, O, first, end, hd);
   else if (hd % 32 == 0) block_values_nc<T, 2>(P, vrow, nb, corr, O, first, end, hd);
   else block_values_nc<T, 1>(P, vrow, nb, corr, O, first, end, hd);
 }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "base/error.h"
@@ -415,10 +416,11 @@ TEST(FlashAttention, InvariantKernelsRowsDoNotDependOnTheBatch) {
   for (const NamedKernel& fk : flash_kernels()) {
     if (!fk.kernel.invariant) continue;
     for (DType kv : {DType::F16, DType::Q8_0, DType::F32})
-      for (const auto& [heads, kvh] : {std::pair{6, 2}, std::pair{12, 2}, std::pair{4, 1}})
+      for (const auto& [heads, kvh, hd] :
+           {std::tuple{6, 2, 64}, std::tuple{12, 2, 128}, std::tuple{4, 1, 64}})
         for (int64_t window : {int64_t{0}, int64_t{700}}) {
-          const int64_t n_tok = 40, len = 1100, width = heads * 64;
-          const AttnCase c{heads, kvh, 64, {len, 300, 900}, {n_tok, 50, 1}, 2, false, kv,
+          const int64_t n_tok = 40, len = 1100, width = heads * hd;
+          const AttnCase c{heads, kvh, hd, {len, 300, 900}, {n_tok, 50, 1}, 2, false, kv,
                            window};
           AttnData d;
           make_case(c, d, uint32_t(heads + window));
