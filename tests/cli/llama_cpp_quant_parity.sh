@@ -18,7 +18,10 @@
 #            mismatch (a router near-tie where the rounded activations pick another expert).
 #   efim-base-py: the bundled Q8_0 file requantized (hidden 384: llama.cpp falls back to Q5_0,
 #            Q5_1, IQ4_NL, Q4_0 or Q8_0 on its 384-wide tensors); a 104-token prompt within a
-#            fraction of the spread, and the first 16 greedy tokens equal (or, where they part,
+#            fraction of the spread and efim's argmax llama.cpp's own on every row but near
+#            ties (llama.cpp's logits of the two tokens within 0.2, where efim's and llama.cpp's
+#            rounding, up to 0.3-0.46 apart, decides either way: 1-4 rows per file type, gaps
+#            0.0001-0.17), and the first 16 greedy tokens equal (or, where they part,
 #            llama.cpp's own two candidates within 0.15 of each other: a near tie).
 # Also checks that each file holds the types it is meant to test, and that `efim convert
 # --dtype` of each of these file types writes llama.cpp's type for every tensor (of the mixture
@@ -130,7 +133,7 @@ for ft in "${FTYPES[@]}"; do
   out=$WORK/base-$ft.gguf
   "$REF" quantize "$BASE_Q8" "$out" "$ft" --allow-requantize >/dev/null 2>&1 ||
     { fail "llama_model_quantize efim-base-py $ft"; continue; }
-  compare "efim-base-py $ft, 104 tokens" "$out" 16384 "$IDS" "--std-tol 0.25" 3
+  compare "efim-base-py $ft, 104 tokens" "$out" 16384 "$IDS" "--std-tol 0.25 --tie 0.2" 0
   greedy "efim-base-py $ft" "$out" "$IDS"
 done
 expect_types "$WORK/base-Q4_K_M.gguf" q4_k q5_0 q6_k q8_0
