@@ -230,10 +230,6 @@ void attention_ref(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& s
 
 // ---------------------------------------------------------------- flash
 
-// A key range is split across threads only when it is at least this long (decode at long
-// contexts); shorter ones cost less than the merge and the extra units.
-constexpr int64_t kMinSplitKeys = 256;
-
 // Units of kFlashMaxRows rows: all heads of a KV group share each K/V load; the query tokens of
 // a sequence are cut into blocks of kFlashMaxRows / group.
 void plan_flash_units(const AttentionArgs& a, std::vector<FlashUnit>& units) {
@@ -258,53 +254,28 @@ void plan_flash_units(const AttentionArgs& a, std::vector<FlashUnit>& units) {
           const int64_t lo = detail::first_visible(a.window, a.pos[s.tokens[u.t0]]);
           u.k0 = lo / detail::kFlashKeyBlock * detail::kFlashKeyBlock;
           u.k1 = a.pos[s.tokens[u.t1 - 1]] + 1;
-          u.decode = n_tok <= detail::kFlashDecodeTokens;
           units.push_back(u);
         }
   }
 }
 
-// Cut long key ranges into pieces whose results (m, l, O) are merged after the loop, so every
-// thread gets work: a decode unit's keys at fixed positions (at the multiples of
-// kFlashDecodeSplit, so a row sees the same pieces in a one-token step and in a verify step,
-// and pieces before its window add exactly nothing); other units only when there are fewer
-// than twice the threads, in as many whole-block pieces as that needs. With fixed_cells, every
-// unit's keys are cut at those positions whatever the threads and the batch, so that a row's
-// pieces depend on its position alone.
-void split_keys(const AttentionArgs& a, int n_threads, bool fixed_cells, AttentionScratch& s) {
+// Cut every unit's keys at the multiples of kFlashKeyCell, whatever the threads and the
+// batch, so a row's pieces depend on its position alone (a piece before its window adds
+// exactly nothing); the pieces' (m, l, O) are merged after the loop. Long contexts so also
+// give every thread work, even for one sequence's decode token.
+void split_keys(const AttentionArgs& a, AttentionScratch& s) {
   s.splits.clear();
-  const int64_t n_units = static_cast<int64_t>(s.units.size());
-  if ((n_threads <= 1 && !fixed_cells) || n_units == 0) return;
-  const int64_t want = n_units < 2 * n_threads ? (2 * n_threads + n_units - 1) / n_units : 1;
-  // Decode units split when their (sequence, KV head, head group)s are fewer than twice the
-  // threads: counted without the token blocks, so a verify step decides as a one-token step.
-  int64_t decode_groups = 0;
-  for (const FlashUnit& u : s.units) decode_groups += u.decode && u.t0 == 0;
-  const bool split_decode = fixed_cells || decode_groups < 2 * n_threads;
+  const int64_t n_units = static_cast<int64_t>(s.units.size()), cell = detail::kFlashKeyCell;
   int64_t partial = 0;
   for (int64_t i = 0; i < n_units; ++i) {
     const FlashUnit u = s.units[i];
-    const int64_t n_keys = u.k1 - u.k0;
-    int64_t per = 0;
-    const int64_t cell = detail::kFlashDecodeSplit;
-    const bool at_cells = u.decode || fixed_cells;
-    if (at_cells) {
-      if (!split_decode || u.k0 / cell == (u.k1 - 1) / cell) continue;  // inside one cell
-    } else {
-      const int64_t pieces = std::min(want, n_keys / kMinSplitKeys);
-      if (pieces <= 1) continue;
-      // Whole key blocks per piece, so only the last piece has a partial block.
-      per = (n_keys / pieces + detail::kFlashKeyBlock - 1) / detail::kFlashKeyBlock *
-            detail::kFlashKeyBlock;
-    }
+    if (u.k0 / cell == (u.k1 - 1) / cell) continue;  // inside one cell
     AttentionScratch::Split split{u, 0};
     split.whole.partial = partial;
-    // Decode pieces end at the multiples of `cell`; the others are `per` keys from k0.
-    auto next = [&](int64_t k0) { return at_cells ? (k0 / cell + 1) * cell : k0 + per; };
-    for (int64_t k0 = u.k0; k0 < u.k1; k0 = next(k0), ++split.n_ranges) {
+    for (int64_t k0 = u.k0; k0 < u.k1; k0 = (k0 / cell + 1) * cell, ++split.n_ranges) {
       FlashUnit piece = u;
       piece.k0 = k0;
-      piece.k1 = std::min(u.k1, next(k0));
+      piece.k1 = std::min(u.k1, (k0 / cell + 1) * cell);
       piece.partial = partial;
       partial += u.rows() * (2 + a.head_dim);
       if (k0 == u.k0) s.units[i] = piece;
@@ -346,9 +317,9 @@ void merge_splits(const AttentionArgs& a, const AttentionScratch& s) {
 }  // namespace
 
 void detail::attention_flash(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& s,
-                             const FlashKernel& kernel) {
+                             FlashKernel kernel) {
   plan_flash_units(a, s.units);
-  split_keys(a, pool.size(), kernel.invariant, s);
+  split_keys(a, s);
   // Largest first (the causal triangle makes late query blocks the longest), handed out one
   // at a time: the threads finish together.
   std::stable_sort(s.units.begin(), s.units.end(), [](const FlashUnit& x, const FlashUnit& y) {
@@ -363,7 +334,7 @@ void detail::attention_flash(ThreadPool& pool, const AttentionArgs& a, Attention
     for (int64_t i = b; i < e; ++i) {
       const FlashUnit& u = s.units[i];
       float* work = s.per_thread[thread].scores.data();
-      (u.decode ? kernel.decode : kernel.prompt)(a, u, work, s.partial.data());
+      kernel(a, u, work, s.partial.data());
     }
   });
   merge_splits(a, s);

@@ -16,12 +16,11 @@ namespace {  // internal linkage: one copy per instruction set
 // The unit's geometry and tiles in the work memory (layout of flash_work_floats).
 struct FlashTiles {
   int64_t hd, R;
-  float *Q, *O, *Kt, *S, *m, *l, *corr;
+  float *Q, *O, *S, *m, *l, *corr;
   FlashTiles(float* work, int64_t rows, int64_t head_dim) : hd(head_dim), R(rows) {
     Q = work;                        // [R, hd] query rows times 1/sqrt(hd)
     O = Q + R * hd;                  // [R, hd] unnormalised output
-    Kt = O + R * hd;                 // [hd, KB] keys of the current block, transposed
-    S = Kt + hd * kFlashKeyBlock;    // [R, KB] scores, then probabilities
+    S = O + R * hd;                  // [R, KB] scores, then probabilities
     m = S + R * kFlashKeyBlock;      // [R] running max of each row's scores
     l = m + R;                       // [R] running sum of exp(score - m)
     corr = l + R;                    // [R] rescale factor of the current block

@@ -123,22 +123,13 @@ struct FlashUnit {
   // writes each row's running max, sum and unnormalised output, [rows, 2 + head_dim] floats,
   // at partial + this offset; the splits are merged after the parallel loop.
   int64_t partial = -1;
-  // Batch invariance: a sequence with at most kFlashDecodeTokens query tokens in the step (a
-  // decode token, or a token and its speculative draft) has its keys split across threads at
-  // fixed positions (multiples of kFlashDecodeSplit) and, under AVX2 with at most 3 heads per
-  // KV head, its scores read straight from the key rows, 3 rows at a time; other AVX2 units use
-  // transposed key tiles. Each row's arithmetic is then the same whatever the number of tokens,
-  // so a verify step computes the rows of one-token decode steps bit for bit. The AVX-512
-  // kernel goes further: every unit is computed and split that way, so rows do not depend on
-  // the batch at all (detail::FlashKernel::invariant).
-  bool decode = false;
   int64_t rows() const { return (t1 - t0) * (h1 - h0); }
 };
 
 // Scratch buffers reused across calls.
 struct AttentionScratch {
   struct Thread {
-    std::vector<float> scores;    // reference: [rows, keys]; flash: Q, K^T, S, O, m, l tiles
+    std::vector<float> scores;    // reference: [rows, keys]; flash: Q, O, S, m, l tiles
     std::vector<const float*> q;  // [rows] query row pointers
     std::vector<float*> out;      // [rows] output row pointers
     std::vector<int64_t> last;    // [rows] position of each row's query

@@ -15,11 +15,9 @@ constexpr int64_t kFlashKeyBlock = 64;
 // Rows (query tokens x heads of one KV group) per unit: their Q, O and S tiles stay in L1/L2.
 constexpr int64_t kFlashMaxRows = 48;
 constexpr int64_t kFlashMaxHeadDim = 256;
-// Decode units (FlashUnit::decode): sequences of at most this many query tokens in a step (one
-// token, or a token and its speculative draft) ...
-constexpr int64_t kFlashDecodeTokens = 16;
-// ... whose key ranges are split across threads at multiples of this many key positions.
-constexpr int64_t kFlashDecodeSplit = 512;
+// Every unit's key range is cut at the multiples of this many key positions (fixed cells: the
+// pieces run on any thread and are merged in a fixed order).
+constexpr int64_t kFlashKeyCell = 512;
 
 // The first key position a query at `pos` sees: 0, or the start of its sliding window.
 inline int64_t first_visible(int64_t window, int64_t pos) {
@@ -29,7 +27,6 @@ inline int64_t first_visible(int64_t window, int64_t pos) {
 // Floats of per-thread work memory flash_unit_avx2 needs for a unit of `rows` rows.
 inline int64_t flash_work_floats(int64_t rows, int64_t head_dim) {
   return 2 * rows * head_dim                // Q (pre-scaled), O
-         + head_dim * kFlashKeyBlock        // K^T of one key block
          + rows * kFlashKeyBlock            // S / P of one key block
          + 3 * rows;                        // m, l, correction
 }
@@ -44,26 +41,20 @@ void flash_unit_avx512_emulated(const AttentionArgs& a, const FlashUnit& u, floa
                                 float* partial);
 
 using FlashUnitFn = void (*)(const AttentionArgs&, const FlashUnit&, float*, float*);
-// The kernels of one instruction set: for decode units (FlashUnit::decode) and the others, and
-// whether it is batch-invariant. Invariant: every row is computed the same way whatever unit
-// it is in (one kernel for both kinds, rows independent of their tile) and every unit's keys
-// are cut at the multiples of kFlashDecodeSplit whatever the batch and the threads, so a row's
-// output depends on its query, position and keys only: not on how the prompt was chunked,
-// which other sequences share the step, or the thread count. AVX2 (transposed tiles for
-// prompts, splits by thread count) is invariant between a verify step and one-token steps
-// only.
-struct FlashKernel {
-  FlashUnitFn decode, prompt;
-  bool invariant;
-};
-inline constexpr FlashKernel kFlashAvx2{flash_unit_avx2, flash_unit_avx2, false};
-inline constexpr FlashKernel kFlashAvx512{flash_unit_avx512, flash_unit_avx512, true};
-inline constexpr FlashKernel kFlashAvx512Emulated{flash_unit_avx512_emulated,
-                                                  flash_unit_avx512_emulated, true};
+// The flash kernel of one instruction set. Each computes a row the same way whatever unit it
+// is in (one path for decode and prompt units, rows independent of their tile), and
+// attention_flash cuts every unit's keys at the multiples of kFlashKeyCell whatever the
+// batch and the threads, so a row's output depends on its query, position and keys only: not
+// on how the prompt was chunked, which other sequences share the step, or the thread count
+// (batch invariance).
+using FlashKernel = FlashUnitFn;
+inline constexpr FlashKernel kFlashAvx2 = flash_unit_avx2;
+inline constexpr FlashKernel kFlashAvx512 = flash_unit_avx512;
+inline constexpr FlashKernel kFlashAvx512Emulated = flash_unit_avx512_emulated;
 // Flash attention with strides resolved. ops::attention chooses the kernel by CPU; tests call
 // it with each.
 void attention_flash(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch,
-                     const FlashKernel& kernel);
+                     FlashKernel kernel);
 
 // ---- elementwise (AVX2) ----
 void rms_norm_avx2(const float* x, const float* w, int64_t n, float eps, float* y);

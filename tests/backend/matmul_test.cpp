@@ -657,24 +657,28 @@ TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
 
 // The interleaved Q8_0 / Q4_0 / IQ4_NL kernels give each row of x exactly what they give that
 // row alone, for 2-15 rows (a token and its draft, or several users' tokens, in one step) and
-// for 20 (the GEMM): emulated, and natively where the VNNI kernels run.
+// for 20 (the GEMM), tail rows after the groups included: the AVX-512 kernels emulated and
+// natively where the VNNI kernels run, the AVX2 ones natively (matmul routes each).
 TEST(MatmulInterleaved, Block32RowsEqualOneRowAloneBitForBit) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
   int mismatches = 0;
   for (DType t : {DType::Q8_0, DType::Q4_0, DType::IQ4_NL})
-  for (Shape s : {Shape{15, 384, 48}, Shape{9, 1024, 64}, Shape{13, 96, 16}, Shape{20, 256, 32}}) {
+  for (Shape s : {Shape{15, 384, 48}, Shape{9, 1024, 64}, Shape{13, 96, 16}, Shape{20, 256, 32},
+                  Shape{12, 256, 21}}) {
     const Problem p = make_problem(s, t, 5 + static_cast<uint32_t>(s.k));
     std::vector<uint8_t> bytes(p.wbuf.size());
     const WeightMatrix x8 = interleave_rows8(p.w, bytes.data());
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
-      for (bool native : {false, true}) {
-        if (native && !detail::vnni_kernels_run(CpuKernel::Avx512)) continue;
+      for (const char* variant : {"avx512 (emulated)", "avx512", "avx2"}) {
+        const std::string_view v = variant;
+        if (v == "avx512" && !detail::vnni_kernels_run(CpuKernel::Avx512)) continue;
+        if (v == "avx512 (emulated)" && s.n % 8 != 0) continue;  // groups only
         auto run_rows = [&](const float* x, int64_t m, float* y) {
-          if (native)
-            matmul(pool, x, m, x8, y, CpuKernel::Avx512);
-          else
+          if (v == "avx512 (emulated)")
             detail::matmul_panel_avx512_emulated(pool, x, m, x8, y, s.n);
+          else
+            matmul(pool, x, m, x8, y, v == "avx2" ? CpuKernel::Avx2 : CpuKernel::Avx512);
         };
         std::vector<float> alone(static_cast<size_t>(s.m * s.n));
         for (int64_t i = 0; i < s.m; ++i) run_rows(p.x.data() + i * s.k, 1, alone.data() + i * s.n);
@@ -684,7 +688,7 @@ TEST(MatmulInterleaved, Block32RowsEqualOneRowAloneBitForBit) {
           for (int64_t at = 0; at < m * s.n; ++at)
             if (std::memcmp(&y[static_cast<size_t>(at)], &alone[static_cast<size_t>(at)], sizeof(float)) != 0 &&
                 ++mismatches <= 5)
-              ADD_FAILURE() << dtype_name(t) << (native ? " native" : " emulated") << " m=" << m << " k=" << s.k
+              ADD_FAILURE() << dtype_name(t) << " " << v << " m=" << m << " k=" << s.k
                             << " y[" << at / s.n << "][" << at % s.n << "] " << y[static_cast<size_t>(at)]
                             << " alone " << alone[static_cast<size_t>(at)];
         }

@@ -354,7 +354,7 @@ TEST(FlashAttention, SlidingWindowMatchesReference) {
   check_flash(with({4, 2, 24, {40}, {40}, 2}, 9, DType::F16));  // the reference path only
 }
 
-// Batch invariance (FlashUnit::decode): the rows of a speculative verify step (a token and its
+// Batch invariance: the rows of a speculative verify step (a token and its
 // draft, up to 9 tokens) equal, bit for bit, what one-token decode steps at the same positions
 // compute, with the keys split across threads or not, direct scores (3 heads per KV head) or
 // transposed tiles (4 and 6), at context lengths on both sides of the split positions.
@@ -407,14 +407,12 @@ TEST(FlashAttention, WindowedVerifyRowsEqualOneTokenDecodeStepsBitForBit) {
   check_verify_rows_bit_for_bit(700);  // ... in an earlier key block, on either side of 512
 }
 
-// Batch invariance of the invariant kernels (AVX-512, FlashKernel::invariant): the rows of a
+// Batch invariance of the flash kernels (AVX2 and AVX-512, ops_internal.h): the rows of a
 // sequence's last 40 tokens computed in one step beside another sequence's prompt chunk and
-// decode token, and again in chunks of 7, 16 and 17 tokens alone (a chunk of at most 16 tokens
-// is a decode unit, a longer one a prompt unit), with 1, 2 and 3 threads, are the same bit for
+// decode token, and again in chunks of 7, 16 and 17 tokens alone, with 1, 2 and 3 threads, are the same bit for
 // bit; contexts across the split positions (512, 1024), with and without a sliding window.
-TEST(FlashAttention, InvariantKernelsRowsDoNotDependOnTheBatch) {
+TEST(FlashAttention, RowsDoNotDependOnTheBatch) {
   for (const NamedKernel& fk : flash_kernels()) {
-    if (!fk.kernel.invariant) continue;
     for (DType kv : {DType::F16, DType::Q8_0, DType::F32})
       for (const auto& [heads, kvh, hd] :
            {std::tuple{6, 2, 64}, std::tuple{12, 2, 128}, std::tuple{4, 1, 64}})

@@ -11,6 +11,8 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/convert.h"
+#include "backend/cpu/kernels.h"
+#include "model/batch.h"
 #include "model/model.h"
 #include "model_test_util.h"
 #include "tensor/quant.h"
@@ -569,6 +571,54 @@ TEST_F(Batching, ChunkedPrefillEqualsOneShot) {
   }
   EXPECT_EQ(s.n_past(), 40);
   EXPECT_LE(max_abs_diff(got, want), rounding_tol(want));
+}
+
+// Batch invariance of the whole forward pass of the bundled efim-tiny (Q8_0 weights, rows
+// interleaved at load): the interleaved Q8_0 GEMV/GEMM (AVX2 and AVX-512 VNNI) give each row
+// the same bits at any number of rows, and the flash-attention kernels make a row independent
+// of the batch (ops_internal.h, FlashKernel::invariant). A prompt evaluated in one step, in
+// chunks (of more and fewer than 16 tokens) and beside another sequence gives logits equal
+// bit for bit, with an f16 cache as `efim serve` uses. ctest runs this test a second time with
+// EFIM_KERNEL=avx2 (tests/model/CMakeLists.txt), so both instruction sets are covered.
+TEST(BatchInvariance, ChunksAndNeighboursDoNotChangeABit) {
+  if (!cpu::has_avx2(cpu::active_kernel()))
+    GTEST_SKIP() << "the scalar kernels do not promise batch invariance";
+  auto m = Model::load(std::string(EFIM_SOURCE_DIR) + "/models/efim-tiny-q8_0.gguf",
+                       two_threads());
+  const int64_t V = m->config().vocab;
+  const std::vector<int32_t> a = prompt(1100, int(V), 11), b = prompt(600, int(V), 12);
+  ContiguousSession one(*m, 1100, DType::F16);
+  const std::vector<float> want = one.eval(a, true);
+  // Chunks of 500, 7, 16 and 577 tokens (across the 512-position cells).
+  ContiguousSession chunked(*m, 1100, DType::F16);
+  std::vector<float> got;
+  for (auto [lo, hi] : {std::pair{0, 500}, {500, 507}, {507, 523}, {523, 1100}}) {
+    const std::vector<float> l =
+        chunked.eval(std::vector<int32_t>(a.begin() + lo, a.begin() + hi), true);
+    got.insert(got.end(), l.begin(), l.end());
+  }
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want) << "chunked prefill changed the logits (max |diff| "
+                           << max_abs_diff(got, want) << ")";
+  // Beside another sequence: a's last 40 tokens in one step with b's whole prompt.
+  Batch batch;
+  std::vector<int32_t> sa(a.size()), sb(b.size());
+  std::iota(sa.begin(), sa.end(), 0);
+  std::iota(sb.begin(), sb.end(), int32_t(a.size()));
+  KvCache kv = KvCache::for_model(m->config(), int64_t(a.size() + b.size()), DType::F16);
+  {
+    Batch first;
+    const int32_t s = first.add_sequence(sa);
+    for (int32_t p = 0; p < 1060; ++p) first.add_token(a[size_t(p)], p, s, false);
+    m->forward(first, kv);
+  }
+  const int32_t ia = batch.add_sequence(sa), ib = batch.add_sequence(sb);
+  for (int32_t p = 0; p < int32_t(b.size()); ++p) batch.add_token(b[size_t(p)], p, ib, false);
+  for (int32_t p = 1060; p < 1100; ++p) batch.add_token(a[size_t(p)], p, ia, true);
+  const std::vector<float> mixed = m->forward(batch, kv);
+  ASSERT_EQ(mixed.size(), size_t(40 * V));
+  EXPECT_TRUE(std::equal(mixed.begin(), mixed.end(), want.end() - 40 * V))
+      << "a neighbour in the step changed the logits";
 }
 
 // qwen3_moe: decode steps take the one-token expert path (moe_one_token), prefill the path

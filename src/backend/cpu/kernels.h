@@ -59,8 +59,9 @@ void matmul_panel_avx512(ThreadPool& pool, const float* x, int64_t m, const Weig
                          float* y, int64_t ldy);
 void matmul_panel_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
                                   const WeightMatrix& w, float* y, int64_t ldy);
-// Interleaved Q4_K / Q6_K (interleave.h) on AVX2, any m: 8 weight rows per maddubs, up to 4
-// rows of x per pass (matmul_interleaved_avx2.cpp). Whole groups of 8 rows only; y[i][r] at
+// Interleaved Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / IQ4_NL (interleave.h) on AVX2, any m: 8 weight
+// rows per maddubs, up to 4 rows of x per pass, each row of x summed the same way at every m
+// (matmul_interleaved_avx2.cpp). Whole groups of 8 rows only; y[i][r] at
 // y + i * ldy + r (ldy >= W.rows).
 void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                              float* y, int64_t ldy);

@@ -90,8 +90,10 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
 }
 
 // Interleaved Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / IQ4_NL (interleave.h): natively by the
-// AVX-512 VNNI kernels (all but Q5_K) or the AVX2 ones (Q4_K, Q5_K, Q6_K), the tail rows by the
-// file-layout kernels; the other variants (tests) on a copy in the file's layout.
+// AVX-512 VNNI kernels (all but Q5_K) or the AVX2 ones, the tail rows by the file-layout
+// kernels one row of x at a time, as in decode (at most 7 weight rows: no thread hand-off),
+// so a row's tail does not depend on m either; the other variants (tests) on a copy in the
+// file's layout.
 void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                         float* y, CpuKernel kernel) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == kInterleaveRows &&
@@ -101,7 +103,7 @@ void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const Weigh
              ", ", w.cols, "]");
   const size_t row_bytes = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
   const bool vnni = detail::vnni_kernels_run(kernel);
-  if (is_block32_x8(w.dtype) ? vnni : has_avx2(kernel)) {
+  if (has_avx2(kernel)) {
     const int64_t whole = w.rows / kInterleaveRows * kInterleaveRows, tail = w.rows - whole;
     WeightMatrix groups = w;
     groups.rows = whole;
@@ -112,11 +114,8 @@ void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const Weigh
     if (tail == 0) return;
     // The tail rows (file layout, after the groups): y[i][whole..rows).
     const WeightMatrix rest{w.dtype, tail, w.cols, static_cast<const uint8_t*>(w.data) + whole * row_bytes};
-    if (m == 1) return matmul(pool, x, 1, rest, y + whole, kernel);
-    static thread_local std::vector<float> part;  // [m][tail]
-    part.resize(static_cast<size_t>(m * tail));
-    matmul(pool, x, m, rest, part.data(), kernel);
-    for (int64_t i = 0; i < m; ++i) std::copy_n(&part[i * tail], tail, y + i * w.rows + whole);
+    for (int64_t i = 0; i < m; ++i)
+      matmul(pool, x + i * w.cols, 1, rest, y + i * w.rows + whole, kernel);
     return;
   }
   static thread_local std::vector<uint8_t> rows;  // [rows][row_bytes]

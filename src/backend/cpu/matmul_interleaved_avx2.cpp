@@ -1,5 +1,6 @@
-// AVX2 GEMV and GEMM on Q4_K, Q5_K and Q6_K weights interleaved 8 rows at a time (interleave.h),
-// against Q8_K activations: decode and prefill of these types on CPUs without AVX-512 VNNI.
+// AVX2 GEMV and GEMM on Q4_K, Q5_K and Q6_K weights interleaved 8 rows at a time (interleave.h)
+// against Q8_K activations, and on Q8_0, Q4_0 and IQ4_NL ones against Q8_0 activations:
+// decode and prefill of these types on CPUs without AVX-512 VNNI.
 //
 // One 32-byte register of the layout holds 4 bytes of each of 8 weight rows (int32 lane r =
 // row r). With x's 4 matching quants broadcast to every lane,
@@ -19,7 +20,9 @@
 // The integer sums are the scalar kernel's exactly (quant_int.h); only the f32 order differs.
 //
 // Rows of x are taken kMaxX at a time against one group, so each unpacked register serves
-// them all (prefill); threads take ranges of groups, so each streams its own part of W.
+// them all (prefill); threads take ranges of groups, so each streams its own part of W. A
+// row of x is summed the same way whichever rows share its pass, so its result does not
+// depend on m (batch invariance).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -211,6 +214,103 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
   for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
 }
 
+// ---- Q8_0, Q4_0 and IQ4_NL (32-element blocks) ----
+
+// The dot of block b of 8 interleaved rows with x's 32 quants at xs[i], in int32 lane r = row
+// r, for MX rows of x:
+//     Q4_0:   levels u in 0..15 (low nibbles: elements 4g + i, high: 16 + 4g + i), eight
+//             maddubs summed in int16 (<= 8 * 2 * 15 * 127 = 30480), one madd, minus 8 sum(x);
+//     Q8_0:   the quants stored + 128 (the VNNI operand) flipped back to signed, IQ4_NL: the
+//             grid values by a byte shuffle; both |w| times x with w's sign moved onto x (pair
+//             sums <= 2 * 128 * 127 = 32512), widened by a madd each 4 elements.
+// Exact integers, so every lane is the scalar kernel's block dot whatever MX is.
+template <DType T, int MX, class B>
+inline void b32_dots(const B& b, const int8_t* const xs[MX], const int32_t xsum[MX],
+                     __m256i dot[MX]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (T == DType::Q8_0) {
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) dot[i] = _mm256_setzero_si256();
+// Unrolled by 2 only, as the Q8_0 GEMM tiles (matmul_quant_avx2.cpp): fully unrolled, GCC
+// reassociates the integer sums into a tree whose partial results spill.
+#pragma GCC unroll 2
+    for (int g = 0; g < 8; ++g) {
+      const __m256i w = _mm256_xor_si256(load32(b.qs[g][0]), _mm256_set1_epi8(static_cast<char>(0x80)));
+      const __m256i aw = _mm256_abs_epi8(w);
+#pragma GCC unroll 4
+      for (int i = 0; i < MX; ++i) {
+        const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(xs[i] + 4 * g), w));
+        dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(p, ones));
+      }
+    }
+  } else if constexpr (T == DType::Q4_0) {
+    __m256i t[MX];
+#pragma GCC unroll 2
+    for (int g = 0; g < 4; ++g) {
+      const __m256i v = load32(b.qs[g][0]);
+      const __m256i lo = low_nibbles(v), hi = high_nibbles(v);
+#pragma GCC unroll 4
+      for (int i = 0; i < MX; ++i) {
+        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xs[i] + 4 * g)),
+                                           _mm256_maddubs_epi16(hi, bcast4(xs[i] + 16 + 4 * g)));
+        t[i] = g == 0 ? p : _mm256_add_epi16(t[i], p);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i)
+      dot[i] = _mm256_sub_epi32(_mm256_madd_epi16(t[i], ones), _mm256_set1_epi32(8 * xsum[i]));
+  } else {
+    static_assert(T == DType::IQ4_NL);
+    const __m256i table = iq4_table();
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) dot[i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int g = 0; g < 4; ++g) {
+      const __m256i v = load32(b.qs[g][0]);
+      const __m256i wl = _mm256_shuffle_epi8(table, low_nibbles(v));
+      const __m256i wh = _mm256_shuffle_epi8(table, high_nibbles(v));
+      const __m256i al = _mm256_abs_epi8(wl), ah = _mm256_abs_epi8(wh);
+#pragma GCC unroll 4
+      for (int i = 0; i < MX; ++i) {
+        const __m256i pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast4(xs[i] + 4 * g), wl));
+        const __m256i ph = _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast4(xs[i] + 16 + 4 * g), wh));
+        dot[i] = _mm256_add_epi32(dot[i], _mm256_add_epi32(_mm256_madd_epi16(pl, ones),
+                                                           _mm256_madd_epi16(ph, ones)));
+      }
+    }
+  }
+}
+
+// y[(i0 + i) * ldy + r] = x row i0 + i . weight row 8 group + r, r < 8, i < MX: per block,
+// acc_r += dot_r * (d_r * dx), blocks in order. A row of x gets the same bits at every MX, so
+// decode, a verify step and a prefill give a row the same result (batch invariance).
+template <DType T, int MX, class B>
+void b32_group(const B* grp, const QuantizedRows& a, int64_t i0, float* y, int64_t ldy) {
+  __m256 acc[MX];
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t blk = 0; blk < a.nb; ++blk) {
+    const B& b = grp[blk];
+    const int8_t* xs[MX];
+    int32_t xsum[MX];
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      xs[i] = a.q.data() + (i0 + i) * a.k + blk * kQBlock;
+      xsum[i] = a.sum[static_cast<size_t>((i0 + i) * a.nb + blk)];
+    }
+    __m256i dot[MX];
+    b32_dots<T, MX>(b, xs, xsum, dot);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.nb + blk)]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i]), _mm256_mul_ps(d, dx), acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
+}
+
 // Groups [g0, g1) against all rows of x, in chunks of groups small enough to stay in L2 while
 // the rows of x pass kMaxX at a time (each block of x rows, in L1, then serves every group of
 // the chunk; x rows of 768 columns x 512 rows overflow L2 when every group rereads them all).
@@ -243,8 +343,24 @@ void groups_range(int64_t g0, int64_t g1, int64_t m, int64_t group_bytes, Group&
 
 void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                              float* y, int64_t ldy) {
-  const QuantizedRowsK& a = quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);
   const int64_t groups = w.rows / kInterleaveRows;
+  if (is_block32_x8(w.dtype)) {
+    const QuantizedRows& a =
+        quantize_activations<QuantizedRows, quantize_row_q8_ggml_avx2>(pool, x, m, w.cols);
+    const int64_t grain = grain_for(groups, m * w.rows * w.cols, pool.size());
+    auto run = [&]<DType T, class B>(const B* blocks) {
+      pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
+        groups_range(g0, g1, m, a.nb * static_cast<int64_t>(sizeof(B)), [&](auto mx, int64_t g, int64_t i) {
+          b32_group<T, decltype(mx)::value>(blocks + g * a.nb, a, i, y + g * kInterleaveRows, ldy);
+        });
+      });
+    };
+    const auto* b4 = static_cast<const BlockQ4_0x8*>(w.data);
+    if (w.dtype == DType::Q8_0) return run.template operator()<DType::Q8_0>(static_cast<const BlockQ8_0x8*>(w.data));
+    if (w.dtype == DType::Q4_0) return run.template operator()<DType::Q4_0>(b4);
+    return run.template operator()<DType::IQ4_NL>(b4);
+  }
+  const QuantizedRowsK& a = quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);
   const int64_t grain = grain_for(groups, m * w.rows * w.cols, pool.size());
   if (w.dtype == DType::Q6_K) {
     const auto* blocks = static_cast<const BlockQ6_Kx8*>(w.data);
