@@ -576,9 +576,9 @@ TEST(MatmulInt8, Avx2GemvRowsEqualOneRowAloneBitForBit) {
 
 // Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and IQ4_NL rows interleaved 8 at a time (interleave.h): the
 // layout round-trips, and every kernel computes it with the scalar kernel's integer arithmetic
-// on the file layout: natively (the AVX2 GEMV/GEMM at every m for the K-quants; for all but
-// Q5_K the AVX-512 VNNI GEMV below 16 rows of x, the panel GEMMs above (IQ4_NL: the GEMV at
-// every m), on SIMDe), and through the copy the other variants make.
+// on the file layout: natively (the AVX2 GEMV/GEMM at every m; the AVX-512 VNNI GEMV below 16
+// rows of x, the panel GEMMs above, also on SIMDe), and through the copy the other variants
+// make.
 TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
   for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::IQ4_NL})
@@ -628,7 +628,7 @@ TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
     for (int threads : {1, 2, 3}) {
       ThreadPool pool(threads);
       std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
-      if (t != DType::Q5_K) {  // the VNNI kernels compute Q5_K from the file's layout
+      {
         WeightMatrix groups = x8;  // the emulated kernel takes whole groups; the tail as matmul does
         groups.rows = s.n / 8 * 8;
         detail::matmul_panel_avx512_emulated(pool, p.x.data(), s.m, groups, y.data(), s.n);

@@ -160,8 +160,7 @@ bool has_interleaved_layout(DType t) {
 
 bool can_interleave(const WeightMatrix& w) {
   return has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows &&
-         w.cols > 0 && has_avx2(active_kernel()) &&
-         !(w.dtype == DType::Q5_K && detail::vnni_kernels_run(active_kernel()));
+         w.cols > 0 && has_avx2(active_kernel());
 }
 
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool) {

@@ -73,9 +73,7 @@ bool has_interleaved_layout(DType t);
 bool is_block32_x8(DType t);
 
 // Whether matmul computes W interleaved natively on this CPU and W is in the file's layout with
-// at least 8 rows: Q4_K and Q6_K where the active kernel is AVX2 or AVX-512; Q5_K where it is
-// AVX2 or AVX-512 without VNNI (the VNNI kernels compute Q5_K from the file's layout); Q8_0,
-// Q4_0 and IQ4_NL where the active kernel is AVX2 or AVX-512.
+// at least 8 rows: the six types wherever the active kernel is AVX2 or AVX-512.
 bool can_interleave(const WeightMatrix& w);
 
 // Writes W's rows interleaved to out (W's byte size: W's own bytes, rewritten in place, or

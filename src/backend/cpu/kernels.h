@@ -51,8 +51,8 @@ void matmul_blocks_avx512(ThreadPool& pool, const float* x, int64_t m, const Wei
                           float* y);
 // Q2_K..Q6_K and IQ4_XS GEMM on panels of 16 weight rows unpacked to int8 once and reused by
 // every row of x (VNNI dpbusd, one scale multiply per sub-block); matmul_blocks_avx512 routes products of at
-// least kPanelMinRows rows of x here. It also computes interleaved Q4_K, Q6_K, Q8_0, Q4_0 and
-// IQ4_NL (interleave.h) at any m: below kPanelMinRows rows of x by the 8-row GEMV of that
+// least kPanelMinRows rows of x here. It also computes interleaved Q4_K, Q5_K, Q6_K, Q8_0, Q4_0
+// and IQ4_NL (interleave.h) at any m: below kPanelMinRows rows of x by the 8-row GEMV of that
 // layout, above by panels packed from it.
 // y[i][r] at y + i * ldy + r (ldy >= W.rows). Interleaved W: its whole groups of 8 rows only.
 void matmul_panel_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
@@ -73,7 +73,7 @@ constexpr int64_t kPanelMinRows = 16;
 // Whether this CPU runs matmul_blocks_avx512 (AVX-512 and VNNI).
 bool avx512_vnni_supported();
 // Whether variant k computes the block types with the VNNI kernels (matmul_blocks_avx512 and
-// the panel GEMM; interleaved Q4_K and Q6_K, but Q5_K in the file's layout).
+// the panel GEMM, and the interleaved layouts).
 inline bool vnni_kernels_run(CpuKernel k) {
   return k == CpuKernel::Avx512 && avx512_vnni_supported();
 }

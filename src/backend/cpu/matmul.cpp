@@ -90,7 +90,7 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
 }
 
 // Interleaved Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / IQ4_NL (interleave.h): natively by the
-// AVX-512 VNNI kernels (all but Q5_K) or the AVX2 ones, the tail rows by the file-layout
+// AVX-512 VNNI kernels or the AVX2 ones, the tail rows by the file-layout
 // kernels one row of x at a time, as in decode (at most 7 weight rows: no thread hand-off),
 // so a row's tail does not depend on m either; the other variants (tests) on a copy in the
 // file's layout.
@@ -107,7 +107,7 @@ void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const Weigh
     const int64_t whole = w.rows / kInterleaveRows * kInterleaveRows, tail = w.rows - whole;
     WeightMatrix groups = w;
     groups.rows = whole;
-    if (vnni && w.dtype != DType::Q5_K)
+    if (vnni)
       detail::matmul_panel_avx512(pool, x, m, groups, y, w.rows);
     else
       detail::matmul_interleaved_avx2(pool, x, m, groups, y, w.rows);

@@ -19,10 +19,10 @@
 // their consecutive items of it. A panel of k = 8960 is 200 KB: it stays in L2 while the rows
 // of x stream past it.
 //
-// Weights interleaved 8 rows at a time (Q4_K, Q6_K; interleave.h) are packed from that layout
+// Weights interleaved 8 rows at a time (Q4_K, Q5_K, Q6_K; interleave.h) are packed from that layout
 // without transposes, and below kPanelMinRows rows of x (decode) run the GEMV of the layout:
 // the same dpbusd per 4 bytes of 8 rows, straight from the weights, with the 8 rows' sums in
-// the lanes of one register (x8_group, x8_group_q6). Q8_0, Q4_0 and IQ4_NL interleaved the same
+// the lanes of one register (x8_group, x8_group_q6; Q5_K's fifth bits or-ed into its nibbles). Q8_0, Q4_0 and IQ4_NL interleaved the same
 // way (32-element blocks) have a GEMV of that kind and a panel GEMM of their own (b32_gemm):
 // their weights as dpbusd's unsigned operand, x's block sum times the offset subtracted.
 //
@@ -78,23 +78,36 @@ inline int32_t load_i32(const void* p) {
   return v;
 }
 
-// pack_panel for interleaved Q4_K: rows [n0, n0 + nr) are whole groups of 8 (nr = 8 or 16; a
-// missing second group repeats the first). The nibbles of a group's register are already 4
-// bytes of 8 rows: no transpose.
+// The fifth bits of sub-block J (elements 32J + 4g .. + 3) of 8 interleaved Q5_K rows, moved to
+// bit 4 of each byte: bit J of qh register g.
+inline __m256i q5_high(const BlockQ5_Kx8& b, int g, int J) {
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh[g][0]));
+  return _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(J)), 4),
+                          _mm256_set1_epi8(0x10));
+}
+
+// pack_panel for interleaved Q4_K and Q5_K (B = BlockQ4_Kx8, BlockQ5_Kx8): rows [n0, n0 + nr)
+// are whole groups of 8 (nr = 8 or 16; a missing second group repeats the first). The nibbles
+// of a group's register are already 4 bytes of 8 rows: no transpose.
+template <class B>
 void pack_panel_x8(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBlock* panel) {
-  const auto* blocks = static_cast<const BlockQ4_Kx8*>(w.data);
+  const auto* blocks = static_cast<const B*>(w.data);
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   for (int64_t s = 0; s < ns; ++s) {
     PanelBlock& p = panel[s];
     for (int h = 0; h < kPanelRows; h += kInterleaveRows) {
       const int64_t g = (n0 + std::min(h, nr - kInterleaveRows)) / kInterleaveRows;
-      const BlockQ4_Kx8& b = blocks[g * ns + s];
+      const B& b = blocks[g * ns + s];
       for (int q = 0; q < 4; ++q)
         for (int gq = 0; gq < 8; ++gq) {  // sub-blocks 2q (low nibbles) and 2q + 1 (high)
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[q][gq]));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[16 * q + gq][h][0]), _mm256_and_si256(v, m4));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[16 * q + 8 + gq][h][0]),
-                             _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+          __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          if constexpr (std::is_same_v<B, BlockQ5_Kx8>) {
+            lo = _mm256_or_si256(lo, q5_high(b, gq, 2 * q));
+            hi = _mm256_or_si256(hi, q5_high(b, gq, 2 * q + 1));
+          }
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[16 * q + gq][h][0]), lo);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[16 * q + 8 + gq][h][0]), hi);
         }
       const X8Scales x = x8_scales(b);
       [&]<int... J>(std::integer_sequence<int, J...>) {
@@ -164,7 +177,10 @@ struct UIQ4_XS_Panel {
 template <class U>
 void pack_panel(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBlock* panel) {
   if constexpr (std::is_same_v<U, UQ4_K>) {
-    if (w.interleave != 1) return pack_panel_x8(w, n0, nr, ns, panel);
+    if (w.interleave != 1) return pack_panel_x8<BlockQ4_Kx8>(w, n0, nr, ns, panel);
+  }
+  if constexpr (std::is_same_v<U, UQ5_K>) {
+    if (w.interleave != 1) return pack_panel_x8<BlockQ5_Kx8>(w, n0, nr, ns, panel);
   }
   if constexpr (std::is_same_v<U, UQ6_K>) {
     if (w.interleave != 1) return pack_panel_x8_q6(w, n0, nr, ns, panel);
@@ -320,21 +336,25 @@ void panel_gemm(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w
                     });
 }
 
-// ---- interleaved Q4_K (interleave.h): one row of x against groups of 8 weight rows ----
+// ---- interleaved Q4_K, Q5_K (interleave.h): one row of x against groups of 8 weight rows ----
 
-// Sub-blocks 2P and 2P + 1 (qs bytes 32P..32P+31, low and high nibbles) of 8 rows against the
-// x quants xs of the super-block: S += sc_2P t_2P + sc_2P+1 t_2P+1, t = the 32-element dots.
-template <int P>
-inline void x8_pair(const BlockQ4_Kx8& b, const int8_t* xs, __m256i sc, __m256i& S) {
+// Sub-blocks 2P and 2P + 1 (qs bytes 32P..32P+31, low and high nibbles; Q5_K: with bits 2P
+// and 2P + 1 of qh as the fifth) of 8 rows against the x quants xs of the super-block:
+// S += sc_2P t_2P + sc_2P+1 t_2P+1, t = the 32-element dots.
+template <int P, class B>
+inline void x8_pair(const B& b, const int8_t* xs, __m256i sc, __m256i& S) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   __m256i tl = _mm256_setzero_si256(), th = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int g = 0; g < 8; ++g) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[P][g]));
-    tl = _mm256_dpbusd_epi32(tl, _mm256_and_si256(v, m4),
-                             _mm256_set1_epi32(load_i32(xs + 64 * P + 4 * g)));
-    th = _mm256_dpbusd_epi32(th, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
-                             _mm256_set1_epi32(load_i32(xs + 64 * P + 32 + 4 * g)));
+    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if constexpr (std::is_same_v<B, BlockQ5_Kx8>) {
+      lo = _mm256_or_si256(lo, q5_high(b, g, 2 * P));
+      hi = _mm256_or_si256(hi, q5_high(b, g, 2 * P + 1));
+    }
+    tl = _mm256_dpbusd_epi32(tl, lo, _mm256_set1_epi32(load_i32(xs + 64 * P + 4 * g)));
+    th = _mm256_dpbusd_epi32(th, hi, _mm256_set1_epi32(load_i32(xs + 64 * P + 32 + 4 * g)));
   }
   S = _mm256_add_epi32(S, _mm256_mullo_epi32(tl, lane_byte<(2 * P) % 4>(sc)));
   S = _mm256_add_epi32(S, _mm256_mullo_epi32(th, lane_byte<(2 * P + 1) % 4>(sc)));
@@ -343,12 +363,12 @@ inline void x8_pair(const BlockQ4_Kx8& b, const int8_t* xs, __m256i sc, __m256i&
 // y[r] = x row i . weight row 8 group + r, r < 8. bpair[s][q]: x's 32-element sums of
 // sub-blocks (q / 2) * 4 + q % 2 and + 2 of super-block s as an int16 pair (the operand of the
 // mins' madd).
-void x8_group(const BlockQ4_Kx8* grp, const QuantizedRowsK& a, int64_t i, const int32_t* bpair,
-              float* y) {
+template <class B>
+void x8_group(const B* grp, const QuantizedRowsK& a, int64_t i, const int32_t* bpair, float* y) {
   const __m256i lo16 = _mm256_set1_epi32(0x00ff00ff);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t s = 0; s < a.ns; ++s) {
-    const BlockQ4_Kx8& b = grp[s];
+    const B& b = grp[s];
     const X8Scales x = x8_scales(b);
     const int8_t* xs = a.q.data() + i * a.k + s * kQKBlock;
     __m256i S = _mm256_setzero_si256();
@@ -409,7 +429,7 @@ void x8_group_q6(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i, flo
   _mm256_storeu_ps(y, acc);
 }
 
-// GEMV (few rows of x) on interleaved Q4_K / Q6_K: threads take ranges of 8-row groups.
+// GEMV (few rows of x) on interleaved Q4_K / Q5_K / Q6_K: threads take ranges of 8-row groups.
 void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, float* y,
              int64_t ldy) {
   const int64_t groups = w.rows / kInterleaveRows;
@@ -427,14 +447,17 @@ void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, f
   static thread_local std::vector<int32_t> bpair_buf;
   std::vector<int32_t>& bpair = bpair_buf;
   paired_sub_block_sums(a, bpair);
-  const auto* blocks = static_cast<const BlockQ4_Kx8*>(w.data);
-  pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
-                    [&](int, int64_t g0, int64_t g1) {
-                      for (int64_t g = g0; g < g1; ++g)
-                        for (int64_t i = 0; i < a.m; ++i)
-                          x8_group(blocks + g * a.ns, a, i, &bpair[static_cast<size_t>(i * a.ns * 4)],
-                                   y + i * ldy + g * kInterleaveRows);
-                    });
+  auto run = [&]<class B>(const B* blocks) {
+    pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
+                      [&](int, int64_t g0, int64_t g1) {
+                        for (int64_t g = g0; g < g1; ++g)
+                          for (int64_t i = 0; i < a.m; ++i)
+                            x8_group(blocks + g * a.ns, a, i, &bpair[static_cast<size_t>(i * a.ns * 4)],
+                                     y + i * ldy + g * kInterleaveRows);
+                      });
+  };
+  if (w.dtype == DType::Q5_K) return run(static_cast<const BlockQ5_Kx8*>(w.data));
+  run(static_cast<const BlockQ4_Kx8*>(w.data));
 }
 
 // ---- interleaved Q8_0, Q4_0, IQ4_NL (interleave.h): rows of x against groups of 8 rows ----
