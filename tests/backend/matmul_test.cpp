@@ -655,16 +655,17 @@ TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
   EXPECT_THROW(interleave_rows8(odd, bytes.data()), Error);
 }
 
-// The interleaved Q8_0 / Q4_0 / IQ4_NL kernels give each row of x exactly what they give that
-// row alone, for 2-15 rows (a token and its draft, or several users' tokens, in one step) and
-// for 20 (the GEMM), tail rows after the groups included: the AVX-512 kernels emulated and
-// natively where the VNNI kernels run, the AVX2 ones natively (matmul routes each).
-TEST(MatmulInterleaved, Block32RowsEqualOneRowAloneBitForBit) {
+// Every interleaved kernel gives each row of x exactly what it gives that row alone, for 2-15
+// rows (a token and its draft, or several users' tokens, in one step) and for 16-20 (the panel
+// GEMMs), tail rows after the groups included: the AVX-512 kernels emulated and natively where
+// the VNNI kernels run, the AVX2 ones natively (matmul routes each). The K-quants' GEMV and
+// panel GEMM add the same exact integer sums per super-block with the same f32 steps.
+TEST(MatmulInterleaved, RowsEqualOneRowAloneBitForBit) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
   int mismatches = 0;
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::IQ4_NL})
-  for (Shape s : {Shape{15, 384, 48}, Shape{9, 1024, 64}, Shape{13, 96, 16}, Shape{20, 256, 32},
-                  Shape{12, 256, 21}}) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (Shape s : {Shape{15, 768, 48}, Shape{9, 1024, 64}, Shape{13, 256, 16}, Shape{20, 256, 32},
+                  Shape{12, 512, 21}}) {
     const Problem p = make_problem(s, t, 5 + static_cast<uint32_t>(s.k));
     std::vector<uint8_t> bytes(p.wbuf.size());
     const WeightMatrix x8 = interleave_rows8(p.w, bytes.data());
