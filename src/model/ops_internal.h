@@ -40,14 +40,13 @@ void flash_unit_avx512(const AttentionArgs& a, const FlashUnit& u, float* work, 
 void flash_unit_avx512_emulated(const AttentionArgs& a, const FlashUnit& u, float* work,
                                 float* partial);
 
-using FlashUnitFn = void (*)(const AttentionArgs&, const FlashUnit&, float*, float*);
 // The flash kernel of one instruction set. Each computes a row the same way whatever unit it
 // is in (one path for decode and prompt units, rows independent of their tile), and
 // attention_flash cuts every unit's keys at the multiples of kFlashKeyCell whatever the
 // batch and the threads, so a row's output depends on its query, position and keys only: not
 // on how the prompt was chunked, which other sequences share the step, or the thread count
 // (batch invariance).
-using FlashKernel = FlashUnitFn;
+using FlashKernel = void (*)(const AttentionArgs&, const FlashUnit&, float*, float*);
 inline constexpr FlashKernel kFlashAvx2 = flash_unit_avx2;
 inline constexpr FlashKernel kFlashAvx512 = flash_unit_avx512;
 inline constexpr FlashKernel kFlashAvx512Emulated = flash_unit_avx512_emulated;

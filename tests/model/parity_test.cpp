@@ -7,11 +7,11 @@
 #include <numeric>
 #include <random>
 
+#include "backend/cpu/matmul.h"
 #include "base/error.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/convert.h"
-#include "backend/cpu/kernels.h"
 #include "model/batch.h"
 #include "model/model.h"
 #include "model_test_util.h"

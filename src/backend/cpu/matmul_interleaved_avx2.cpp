@@ -344,10 +344,10 @@ void groups_range(int64_t g0, int64_t g1, int64_t m, int64_t group_bytes, Group&
 void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                              float* y, int64_t ldy) {
   const int64_t groups = w.rows / kInterleaveRows;
+  const int64_t grain = grain_for(groups, m * w.rows * w.cols, pool.size());
   if (is_block32_x8(w.dtype)) {
     const QuantizedRows& a =
         quantize_activations<QuantizedRows, quantize_row_q8_ggml_avx2>(pool, x, m, w.cols);
-    const int64_t grain = grain_for(groups, m * w.rows * w.cols, pool.size());
     auto run = [&]<DType T, class B>(const B* blocks) {
       pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
         groups_range(g0, g1, m, a.nb * static_cast<int64_t>(sizeof(B)), [&](auto mx, int64_t g, int64_t i) {
@@ -361,7 +361,6 @@ void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const 
     return run.template operator()<DType::IQ4_NL>(b4);
   }
   const QuantizedRowsK& a = quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);
-  const int64_t grain = grain_for(groups, m * w.rows * w.cols, pool.size());
   if (w.dtype == DType::Q6_K) {
     const auto* blocks = static_cast<const BlockQ6_Kx8*>(w.data);
     pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {

@@ -19,12 +19,13 @@
 // their consecutive items of it. A panel of k = 8960 is 200 KB: it stays in L2 while the rows
 // of x stream past it.
 //
-// Weights interleaved 8 rows at a time (Q4_K, Q5_K, Q6_K; interleave.h) are packed from that layout
-// without transposes, and below kPanelMinRows rows of x (decode) run the GEMV of the layout:
-// the same dpbusd per 4 bytes of 8 rows, straight from the weights, with the 8 rows' sums in
-// the lanes of one register (x8_group, x8_group_q6; Q5_K's fifth bits or-ed into its nibbles). Q8_0, Q4_0 and IQ4_NL interleaved the same
-// way (32-element blocks) have a GEMV of that kind and a panel GEMM of their own (b32_gemm):
-// their weights as dpbusd's unsigned operand, x's block sum times the offset subtracted.
+// Weights interleaved 8 rows at a time (Q4_K, Q5_K, Q6_K; interleave.h) are packed from that
+// layout without transposes, and below kPanelMinRows rows of x (decode) run the GEMV of the
+// layout: the same dpbusd per 4 bytes of 8 rows, straight from the weights, with the 8 rows'
+// sums in the lanes of one register (x8_group, x8_group_q6; Q5_K's fifth bits or-ed into its
+// nibbles by x8_levels). Q8_0, Q4_0 and IQ4_NL interleaved the same way (32-element blocks)
+// have a GEMV of that kind and a panel GEMM of their own (b32_gemm): their weights as dpbusd's
+// unsigned operand, x's block sum times the offset subtracted.
 //
 // This file is compiled twice: natively for AVX-512 CPUs, and for tests on SIMDe's emulation of
 // the intrinsics (EFIM_AVX512_EMULATED, see avx512_emulation.h).
@@ -78,12 +79,25 @@ inline int32_t load_i32(const void* p) {
   return v;
 }
 
-// The fifth bits of sub-block J (elements 32J + 4g .. + 3) of 8 interleaved Q5_K rows, moved to
-// bit 4 of each byte: bit J of qh register g.
-inline __m256i q5_high(const BlockQ5_Kx8& b, int g, int J) {
-  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh[g][0]));
-  return _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(J)), 4),
-                          _mm256_set1_epi8(0x10));
+// The levels of elements 4g..4g+3 of sub-blocks 2P (lo) and 2P + 1 (hi) of 8 interleaved Q4_K
+// or Q5_K rows: the low and high nibbles of qs register (P, g); for Q5_K bits 2P and 2P + 1 of
+// qh register g moved to bit 4.
+struct X8Levels {
+  __m256i lo, hi;
+};
+template <class B>
+inline X8Levels x8_levels(const B& b, int P, int g) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[P][g]));
+  X8Levels e{_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
+  if constexpr (std::is_same_v<B, BlockQ5_Kx8>) {
+    const __m256i qh = _mm256_srl_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh[g][0])),
+                                        _mm_cvtsi32_si128(2 * P));
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    e.lo = _mm256_or_si256(e.lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
+    e.hi = _mm256_or_si256(e.hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
+  }
+  return e;
 }
 
 // pack_panel for interleaved Q4_K and Q5_K (B = BlockQ4_Kx8, BlockQ5_Kx8): rows [n0, n0 + nr)
@@ -92,22 +106,16 @@ inline __m256i q5_high(const BlockQ5_Kx8& b, int g, int J) {
 template <class B>
 void pack_panel_x8(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBlock* panel) {
   const auto* blocks = static_cast<const B*>(w.data);
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
   for (int64_t s = 0; s < ns; ++s) {
     PanelBlock& p = panel[s];
     for (int h = 0; h < kPanelRows; h += kInterleaveRows) {
       const int64_t g = (n0 + std::min(h, nr - kInterleaveRows)) / kInterleaveRows;
       const B& b = blocks[g * ns + s];
       for (int q = 0; q < 4; ++q)
-        for (int gq = 0; gq < 8; ++gq) {  // sub-blocks 2q (low nibbles) and 2q + 1 (high)
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[q][gq]));
-          __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-          if constexpr (std::is_same_v<B, BlockQ5_Kx8>) {
-            lo = _mm256_or_si256(lo, q5_high(b, gq, 2 * q));
-            hi = _mm256_or_si256(hi, q5_high(b, gq, 2 * q + 1));
-          }
-          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[16 * q + gq][h][0]), lo);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[16 * q + 8 + gq][h][0]), hi);
+        for (int gq = 0; gq < 8; ++gq) {  // sub-blocks 2q and 2q + 1
+          const X8Levels e = x8_levels(b, q, gq);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[16 * q + gq][h][0]), e.lo);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[16 * q + 8 + gq][h][0]), e.hi);
         }
       const X8Scales x = x8_scales(b);
       [&]<int... J>(std::integer_sequence<int, J...>) {
@@ -338,23 +346,16 @@ void panel_gemm(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w
 
 // ---- interleaved Q4_K, Q5_K (interleave.h): one row of x against groups of 8 weight rows ----
 
-// Sub-blocks 2P and 2P + 1 (qs bytes 32P..32P+31, low and high nibbles; Q5_K: with bits 2P
-// and 2P + 1 of qh as the fifth) of 8 rows against the x quants xs of the super-block:
+// Sub-blocks 2P and 2P + 1 (x8_levels) of 8 rows against the x quants xs of the super-block:
 // S += sc_2P t_2P + sc_2P+1 t_2P+1, t = the 32-element dots.
 template <int P, class B>
 inline void x8_pair(const B& b, const int8_t* xs, __m256i sc, __m256i& S) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
   __m256i tl = _mm256_setzero_si256(), th = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int g = 0; g < 8; ++g) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[P][g]));
-    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    if constexpr (std::is_same_v<B, BlockQ5_Kx8>) {
-      lo = _mm256_or_si256(lo, q5_high(b, g, 2 * P));
-      hi = _mm256_or_si256(hi, q5_high(b, g, 2 * P + 1));
-    }
-    tl = _mm256_dpbusd_epi32(tl, lo, _mm256_set1_epi32(load_i32(xs + 64 * P + 4 * g)));
-    th = _mm256_dpbusd_epi32(th, hi, _mm256_set1_epi32(load_i32(xs + 64 * P + 32 + 4 * g)));
+    const X8Levels e = x8_levels(b, P, g);
+    tl = _mm256_dpbusd_epi32(tl, e.lo, _mm256_set1_epi32(load_i32(xs + 64 * P + 4 * g)));
+    th = _mm256_dpbusd_epi32(th, e.hi, _mm256_set1_epi32(load_i32(xs + 64 * P + 32 + 4 * g)));
   }
   S = _mm256_add_epi32(S, _mm256_mullo_epi32(tl, lane_byte<(2 * P) % 4>(sc)));
   S = _mm256_add_epi32(S, _mm256_mullo_epi32(th, lane_byte<(2 * P + 1) % 4>(sc)));
