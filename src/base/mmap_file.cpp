@@ -159,4 +159,16 @@ bool MappedFile::make_writable() { return protect(PROT_READ | PROT_WRITE); }
 
 void MappedFile::make_read_only() { protect(PROT_READ); }
 
+size_t MappedFile::discard(const uint8_t* p, size_t n) {
+  if (region_ == nullptr || p < data_ || n > size_ || static_cast<size_t>(p - data_) > size_ - n) return 0;
+  // Whole 2 MB pages only: giving back part of a huge page splits it, and the weights beside
+  // the part then take 4 KB TLB entries (1.5B Q4_K_M decode 44-47 -> 39-45 tok/s measured).
+  const auto page = static_cast<uintptr_t>(size_t{2} << 20);
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end <= begin) return 0;
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) != 0) return 0;
+  return end - begin;
+}
+
 }  // namespace efim

@@ -38,6 +38,10 @@ class MappedFile {
   // nothing changed) for a shared mapping of the file.
   bool make_writable();
   void make_read_only();
+  // A private copy only: the whole 2 MB pages inside [p, p + n) are given back to the system (bytes
+  // the caller no longer reads: they read as zeros afterwards). Returns the bytes released; 0
+  // for a shared mapping, whose pages the page cache may evict on its own.
+  size_t discard(const uint8_t* p, size_t n);
   const std::string& path() const { return path_; }
 
  private:

@@ -301,6 +301,11 @@ uint8_t* GgufFile::writable(const void* p, size_t n) {
   return writable_ ? const_cast<uint8_t*>(q) : nullptr;
 }
 
+size_t GgufFile::discard(const void* p, size_t n) {
+  if (base_ != file_.data()) return 0;
+  return file_.discard(static_cast<const uint8_t*>(p), n);
+}
+
 void GgufFile::seal() {
   if (writable_) file_.make_read_only();
   writable_ = false;

@@ -94,6 +94,7 @@ class GgufFile : public TensorSource {
   std::optional<TensorView> find(const std::string& name) const override;
   uint8_t* writable(const void* p, size_t n) override;
   void seal() override;
+  size_t discard(const void* p, size_t n) override;
 
  private:
   MappedFile file_;

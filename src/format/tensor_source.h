@@ -26,6 +26,14 @@ class TensorSource {
     return nullptr;
   }
   virtual void seal() {}
+  // Bytes [p, p + n) of a tensor that is no longer read (the model fused a copy of it): where
+  // the source holds a private copy, its whole pages are given back to the system and read as
+  // zeros afterwards. Returns the bytes released (0 for a shared mapping of the file).
+  virtual size_t discard(const void* p, size_t n) {
+    (void)p;
+    (void)n;
+    return 0;
+  }
 };
 
 }  // namespace efim

@@ -177,8 +177,11 @@ void Model::FreeBytes::operator()(uint8_t* p) const { std::free(p); }
 void Model::fuse_projections() {
   // Rows of the parts, one after the other: y = x . [W0; W1; ...]^T holds each part's outputs
   // side by side. Parts share their width (bind_weights checked the shapes); each run of equal
-  // dtypes becomes one matrix.
-  auto fuse_run = [&](const std::vector<const cpu::WeightMatrix*>& run) {
+  // dtypes becomes one matrix. A part copied into a fused matrix is not read again: its bytes
+  // go back to the system where the source holds a private copy, whole 2 MB pages of them
+  // (RSS of a 986 MB Q4_K_M of Qwen2.5-Coder-1.5B's shape: 1.47 -> 1.16 GB), and its data
+  // pointer is cleared.
+  auto fuse_run = [&](const std::vector<cpu::WeightMatrix*>& run) {
     if (run.size() == 1) return *run.front();
     cpu::WeightMatrix f = *run.front();
     f.rows = 0;
@@ -189,17 +192,20 @@ void Model::fuse_projections() {
     EFIM_CHECK(data != nullptr, "model: out of memory fusing ", bytes, " bytes of weights");
     fused_bytes_.emplace_back(data);
     size_t at = 0;
-    for (const cpu::WeightMatrix* p : run) {
-      std::memcpy(data + at, p->data, static_cast<size_t>(p->rows) * row_bytes);
-      at += static_cast<size_t>(p->rows) * row_bytes;
+    for (cpu::WeightMatrix* p : run) {
+      const size_t part = static_cast<size_t>(p->rows) * row_bytes;
+      std::memcpy(data + at, p->data, part);
+      at += part;
+      discarded_bytes_ += source_->discard(p->data, part);
+      p->data = nullptr;
     }
     f.data = data;
     return f;
   };
-  auto fuse = [&](std::initializer_list<const cpu::WeightMatrix*> parts) {
+  auto fuse = [&](std::initializer_list<cpu::WeightMatrix*> parts) {
     std::vector<cpu::WeightMatrix> out;
-    std::vector<const cpu::WeightMatrix*> run;
-    for (const cpu::WeightMatrix* p : parts) {
+    std::vector<cpu::WeightMatrix*> run;
+    for (cpu::WeightMatrix* p : parts) {
       EFIM_CHECK(p->cols == (*parts.begin())->cols, "model: cannot fuse [", p->rows, ", ", p->cols,
                  "] with [.., ", (*parts.begin())->cols, "]");
       if (!run.empty() && run.back()->dtype != p->dtype) {
@@ -212,7 +218,7 @@ void Model::fuse_projections() {
     return out;
   };
   fused_.clear();
-  for (const LayerWeights& w : weights_.layers) {
+  for (LayerWeights& w : weights_.layers) {
     FusedLayer f;
     f.qkv = fuse({&w.wq, &w.wk, &w.wv});
     if (config_.moe()) {

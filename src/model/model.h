@@ -38,6 +38,9 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   ThreadPool& pool() { return *pool_; }
+  // Bytes of the file's copy given back after fusing Q|K|V and gate|up (their parts' data
+  // pointers in weights() are then null); 0 when the weights are mapped from the file.
+  size_t discarded_bytes() const { return discarded_bytes_; }
 
   // Runs one step: writes each token's K/V into `kv` and returns logits for the tokens listed in
   // batch.logits_rows: logits[batch.logits_rows.size(), vocab] f32 (caller-allocated).
@@ -98,6 +101,7 @@ class Model {
     void operator()(uint8_t* p) const;
   };
   std::vector<std::unique_ptr<uint8_t[], FreeBytes>> fused_bytes_;
+  size_t discarded_bytes_ = 0;  // bytes of fused parts given back to the system
 
   // Activations of the current step, reused across calls. n = tokens in the step.
   struct Scratch {

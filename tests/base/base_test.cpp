@@ -107,3 +107,28 @@ TEST(MappedFile, HugePageCopyEqualsTheFile) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
 }
+
+// discard gives back the whole 2 MB pages inside a range of the private copy (they read as
+// zeros after), keeps every byte outside them, and does nothing on a shared mapping or outside
+// the file.
+TEST(MappedFile, DiscardGivesBackWholeHugePagesOnly) {
+  const std::string path = ::testing::TempDir() + "/efim_mapped_discard_test.bin";
+  const size_t mb2 = size_t{2} << 20;
+  std::string bytes(5 * mb2 + 100, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(1 + i % 250);  // no 0
+  efim::write_file(path, bytes);
+  efim::MappedFile shared(path), copy(path, efim::MapMode::kPrivateHugePages);
+  ASSERT_TRUE(copy.is_private_copy());
+  EXPECT_EQ(shared.discard(shared.data() + 10, 3 * mb2), 0u);
+  EXPECT_EQ(copy.discard(copy.data() + 10, 6 * mb2), 0u);  // past the end
+  // [mb2 / 2, 4 mb2 + 7) holds whole pages 1, 2 and 3.
+  ASSERT_EQ(copy.discard(copy.data() + mb2 / 2, 3 * mb2 + mb2 / 2 + 7), 3 * mb2);
+  for (size_t i = 0; i < bytes.size(); i += 4093) {
+    const bool gone = i >= mb2 && i < 4 * mb2;
+    EXPECT_EQ(copy.data()[i], gone ? 0 : static_cast<uint8_t>(bytes[i])) << i;
+  }
+  EXPECT_EQ(copy.data()[mb2 - 1], static_cast<uint8_t>(bytes[mb2 - 1]));
+  EXPECT_EQ(copy.data()[4 * mb2], static_cast<uint8_t>(bytes[4 * mb2]));
+  EXPECT_EQ(copy.discard(copy.data() + 4 * mb2 + 1, mb2), 0u);  // no whole page inside
+  std::remove(path.c_str());
+}

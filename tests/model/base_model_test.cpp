@@ -137,5 +137,37 @@ TEST_F(BaseModel, DecodeAfterPrefillMatches) {
   EXPECT_LE(max_abs_diff(last, std::vector<float>(f.end() - 16384, f.end())), 1e-4f);
 }
 
+// Fusing Q|K|V and gate|up copies their rows: the parts' whole huge pages in the private copy
+// of the file go back to the system, and nothing still reads the parts: the
+// logits equal those of the same file mapped shared (where nothing is given back; wo and
+// w_down stay in the file's layout there, hence a rounding tolerance, far below what a page of
+// zeros in a weight would do).
+TEST(FusedWeights, PartsGoBackAndNothingReadsThem) {
+  const std::string path = std::string(EFIM_SOURCE_DIR) + "/models/efim-tiny-q8_0.gguf";
+  LoadOptions copy, shared;
+  copy.n_threads = shared.n_threads = 2;
+  shared.huge_pages = false;
+  auto a = Model::load(path, copy), b = Model::load(path, shared);
+  size_t parts = 0, n_parts = 0;
+  for (const LayerWeights& w : a->weights().layers)
+    for (const cpu::WeightMatrix* p : {&w.wq, &w.wk, &w.wv, &w.w_gate, &w.w_up}) {
+      if (p->rows == 0) continue;
+      EXPECT_EQ(p->data, nullptr) << "a fused part still points at the file's bytes";
+      parts += static_cast<size_t>(p->rows) * dtype_row_bytes(p->dtype, static_cast<uint64_t>(p->cols));
+      ++n_parts;
+    }
+  ASSERT_GT(parts, 0u);
+  // Whole 2 MB pages only (MappedFile.DiscardGivesBackWholeHugePagesOnly): at most two partial
+  // pages per part stay.
+  EXPECT_GE(a->discarded_bytes() + n_parts * (size_t{4} << 20), parts);
+  EXPECT_LE(a->discarded_bytes(), parts);
+  EXPECT_EQ(b->discarded_bytes(), 0u);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 200; ++i) tokens.push_back((i * 7919 + 13) % static_cast<int>(a->config().vocab));
+  ContiguousSession sa(*a, 200), sb(*b, 200);
+  const std::vector<float> want = sb.eval(tokens, true), got = sa.eval(tokens, true);
+  EXPECT_LE(max_abs_diff(got, want), 1e-3f * max_abs(want) + 1e-4f);
+}
+
 }  // namespace
 }  // namespace efim
