@@ -574,14 +574,15 @@ TEST(MatmulInt8, Avx2GemvRowsEqualOneRowAloneBitForBit) {
       }
 }
 
-// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and IQ4_NL rows interleaved 8 at a time (interleave.h): the
+// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL and IQ4_XS rows interleaved 8 at a time (interleave.h): the
 // layout round-trips, and every kernel computes it with the scalar kernel's integer arithmetic
 // on the file layout: natively (the AVX2 GEMV/GEMM at every m; the AVX-512 VNNI GEMV below 16
 // rows of x, the panel GEMMs above, also on SIMDe), and through the copy the other variants
 // make.
 TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::IQ4_NL})
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::IQ4_NL,
+                  DType::IQ4_XS})
   for (Shape s : {Shape{1, 512, 64}, Shape{2, 256, 8}, Shape{3, 768, 40}, Shape{7, 256, 200},
                   Shape{16, 512, 24}, Shape{19, 256, 72}, Shape{1, 1024, 1000},
                   // tails of 5, 3 and 7 rows after the groups (GEMV and GEMM)
@@ -663,7 +664,8 @@ TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
 TEST(MatmulInterleaved, RowsEqualOneRowAloneBitForBit) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
   int mismatches = 0;
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                  DType::IQ4_XS})
   for (Shape s : {Shape{15, 768, 48}, Shape{9, 1024, 64}, Shape{13, 256, 16}, Shape{20, 256, 32},
                   Shape{12, 512, 21}}) {
     const Problem p = make_problem(s, t, 5 + static_cast<uint32_t>(s.k));

@@ -75,6 +75,15 @@ void copy_block(BlockQ4_0x8& b, B& row, int r, bool to_x8) {
   for (int g = 0; g < 4; ++g) mv(b.qs[g][r], row.qs + 4 * g, 4);
 }
 
+void copy_block(BlockIQ4_XSx8& b, BlockIQ4_XS& row, int r, bool to_x8) {
+  const Mover mv{to_x8};
+  mv(&b.d[r], &row.d, 2);
+  mv(&b.scales_h[r], &row.scales_h, 2);
+  mv(&b.scales_l[r], row.scales_l, 4);
+  for (int j = 0; j < 8; ++j)
+    for (int g = 0; g < 4; ++g) mv(b.qs[j][g][r], row.qs + 16 * j + 4 * g, 4);
+}
+
 // Blocks of the dtype per row.
 int64_t blocks_per_row(const WeightMatrix& w) {
   return w.cols / static_cast<int64_t>(dtype_info(w.dtype).block_elems);
@@ -96,6 +105,8 @@ void with_layout(DType t, F&& f) {
       return f.template operator()<BlockQ4_0x8, BlockQ4_0>();
     case DType::IQ4_NL:
       return f.template operator()<BlockQ4_0x8, BlockIQ4_NL>();
+    case DType::IQ4_XS:
+      return f.template operator()<BlockIQ4_XSx8, BlockIQ4_XS>();
     default:
       fail("interleave: no interleaved layout for ", dtype_name(t));
   }
@@ -155,17 +166,22 @@ bool is_block32_x8(DType t) {
 
 bool has_interleaved_layout(DType t) {
   return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0 ||
-         t == DType::Q4_0 || t == DType::IQ4_NL;
+         t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::IQ4_XS;
+}
+
+bool computes_interleaved(DType t, CpuKernel kernel) {
+  if (!has_interleaved_layout(t) || !has_avx2(kernel)) return false;
+  return t != DType::IQ4_XS || detail::vnni_kernels_run(kernel);
 }
 
 bool can_interleave(const WeightMatrix& w) {
-  return has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows &&
-         w.cols > 0 && has_avx2(active_kernel());
+  return w.interleave == 1 && w.rows >= kInterleaveRows && w.cols > 0 &&
+         computes_interleaved(w.dtype, active_kernel());
 }
 
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows,
-             "interleave_rows8: needs Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 or IQ4_NL rows in the file ",
+             "interleave_rows8: needs Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL or IQ4_XS rows in the file ",
              "layout, at least 8 of them; ",
              "got ", dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "] interleave ",
              int{w.interleave});

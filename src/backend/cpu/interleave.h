@@ -1,12 +1,12 @@
-// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and IQ4_NL weight rows interleaved 8 at a time, the layout of
+// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL and IQ4_XS weight rows interleaved 8 at a time, the layout of
 // the decode GEMVs of matmul_panel_avx512.cpp: in the file's layout each 32-weight chunk of a row costs the row
 // kernels a madd and a scale shuffle; with 8 rows side by side, one 32-byte register holds 4
 // bytes of each of 8 rows (int32 lane r = row r), so a dot instruction serves 8 rows and the
 // sub-block scales cost one multiply per 4 (Q6_K) or 8 (Q4_K) dot instructions.
 //
 // Rows [8g, 8g + 8) form group g, stored as one block of 8 rows per block of the dtype
-// (BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8 per super-block, BlockQ8_0x8 or BlockQ4_0x8 per 32
-// weights), the groups one after another; the last rows % 8 rows (a vocabulary of 151669 tokens leaves 5)
+// (BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8, BlockIQ4_XSx8 per super-block, BlockQ8_0x8 or
+// BlockQ4_0x8 per 32 weights), the groups one after another; the last rows % 8 rows (a vocabulary of 151669 tokens leaves 5)
 // follow in the file's layout. The same bytes as the file's rows (Q8_0's quants with their
 // sign bit flipped), and any 8-aligned range of rows is still a contiguous sub-matrix. Only
 // matmul and dequantize_row read the layout.
@@ -65,15 +65,27 @@ struct BlockQ4_0x8 {
 };
 static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0));
 
+// Super-block s of 8 IQ4_XS rows: qs bytes 16j + 4g.. of the 8 rows in one register, whose
+// low nibbles are elements 32j + 4g.. and high nibbles 32j + 16 + 4g.. of sub-block j.
+struct BlockIQ4_XSx8 {
+  uint16_t d[8];              // f16 super-scales of rows 0..7
+  uint16_t scales_h[8];       // scales_h of row r
+  uint32_t scales_l[8];       // the 4 scales_l bytes of row r as one word
+  uint8_t qs[8][4][8][4];     // [j][g][r][b]: qs byte 16j + 4g + b of row r
+};
+static_assert(sizeof(BlockIQ4_XSx8) == 8 * sizeof(BlockIQ4_XS));
+
 constexpr int kInterleaveRows = 8;
 
-// Whether t has an interleaved layout (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL).
+// Whether t has an interleaved layout (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS).
 bool has_interleaved_layout(DType t);
 // Whether t is one of the 32-element block types with a layout (Q8_0, Q4_0, IQ4_NL).
 bool is_block32_x8(DType t);
 
 // Whether matmul computes W interleaved natively on this CPU and W is in the file's layout with
-// at least 8 rows: the six types wherever the active kernel is AVX2 or AVX-512.
+// at least 8 rows: the 32-element types and Q4_K, Q5_K, Q6_K wherever the active kernel is AVX2
+// or AVX-512; IQ4_XS where the VNNI kernels run (AVX2 CPUs keep its file layout).
+bool computes_interleaved(DType t, CpuKernel kernel);
 bool can_interleave(const WeightMatrix& w);
 
 // Writes W's rows interleaved to out (W's byte size: W's own bytes, rewritten in place, or

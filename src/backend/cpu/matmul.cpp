@@ -89,8 +89,8 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
              "matmul: unsupported weight dtype ", dtype_name(w.dtype));
 }
 
-// Interleaved Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / IQ4_NL (interleave.h): natively by the
-// AVX-512 VNNI kernels or the AVX2 ones, the tail rows by the file-layout
+// Interleaved Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / IQ4_NL / IQ4_XS (interleave.h): natively by
+// the AVX-512 VNNI kernels or the AVX2 ones (not IQ4_XS), the tail rows by the file-layout
 // kernels one row of x at a time, as in decode (at most 7 weight rows: no thread hand-off),
 // so a row's tail does not depend on m either; the other variants (tests) on a copy in the
 // file's layout.
@@ -99,11 +99,11 @@ void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const Weigh
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == kInterleaveRows &&
                  w.rows >= kInterleaveRows,
              "matmul: interleave ", int{w.interleave}, " is defined for Q4_K, Q5_K, Q6_K, Q8_0, ",
-             "Q4_0 and IQ4_NL matrices of at least ", kInterleaveRows, " rows, not ", dtype_name(w.dtype), " [", w.rows,
-             ", ", w.cols, "]");
+             "Q4_0, IQ4_NL and IQ4_XS matrices of at least ", kInterleaveRows, " rows, not ",
+             dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "]");
   const size_t row_bytes = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
   const bool vnni = detail::vnni_kernels_run(kernel);
-  if (has_avx2(kernel)) {
+  if (computes_interleaved(w.dtype, kernel)) {
     const int64_t whole = w.rows / kInterleaveRows * kInterleaveRows, tail = w.rows - whole;
     WeightMatrix groups = w;
     groups.rows = whole;

@@ -180,6 +180,55 @@ struct UIQ4_XS_Panel {
   }
 };
 
+// Scale sc_j - 32 of 32-element sub-block j of 8 interleaved IQ4_XS rows as int32 lanes, from
+// their scales_l words sl (nibble j) and scales_h sh (bit pair j) as int32 lanes.
+inline __m256i iq4xs_scale(__m256i sl, __m256i sh, int j) {
+  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(sl, _mm256_set1_epi32(4 * j)),
+                                      _mm256_set1_epi32(0x0f));
+  const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(sh, _mm256_set1_epi32(2 * j)),
+                                      _mm256_set1_epi32(0x03));
+  return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+}
+inline __m256i iq4xs_scales_l(const BlockIQ4_XSx8& b) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales_l));
+}
+inline __m256i iq4xs_scales_h(const BlockIQ4_XSx8& b) {
+  return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales_h)));
+}
+
+// pack_panel for interleaved IQ4_XS (as pack_panel_x8): the nibbles of register (j, g) are
+// elements 32j + 4g.. (low) and 32j + 16 + 4g.. (high) of 8 rows, looked up as grid + 128.
+void pack_panel_x8_iq4xs(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBlock* panel) {
+  const auto* blocks = static_cast<const BlockIQ4_XSx8*>(w.data);
+  const __m256i grid = iq4_table_u8(), m4 = _mm256_set1_epi8(0x0f);
+  for (int64_t s = 0; s < ns; ++s) {
+    PanelBlock& p = panel[s];
+    for (int h8 = 0; h8 < kPanelRows; h8 += kInterleaveRows) {
+      const int64_t g = (n0 + std::min(h8, nr - kInterleaveRows)) / kInterleaveRows;
+      const BlockIQ4_XSx8& b = blocks[g * ns + s];
+      const __m256i sl = iq4xs_scales_l(b), sh = iq4xs_scales_h(b);
+      for (int j = 0; j < 8; ++j) {
+        for (int gq = 0; gq < 4; ++gq) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[j][gq]));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[8 * j + gq][h8][0]),
+                             _mm256_shuffle_epi8(grid, _mm256_and_si256(v, m4)));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[8 * j + 4 + gq][h8][0]),
+                             _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)));
+        }
+        const __m256i sc = iq4xs_scale(sl, sh, j);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(&p.sc[j][h8]), sc);
+        const __m256i mn = _mm256_slli_epi32(sc, 7);  // 128 sc_j for both 16-element halves
+        _mm256_store_si256(reinterpret_cast<__m256i*>(&p.mn[j][h8][0]),
+                           _mm256_or_si256(_mm256_and_si256(mn, _mm256_set1_epi32(0xffff)),
+                                           _mm256_slli_epi32(mn, 16)));
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+      _mm256_store_ps(&p.d[h8], d);
+      _mm256_store_ps(&p.dmin[h8], d);
+    }
+  }
+}
+
 // Unpacks weight rows [n0, n0 + nr) into panel[0..ns) (rows past nr repeat row n0 + nr - 1;
 // their outputs are dropped).
 template <class U>
@@ -192,6 +241,9 @@ void pack_panel(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBloc
   }
   if constexpr (std::is_same_v<U, UQ6_K>) {
     if (w.interleave != 1) return pack_panel_x8_q6(w, n0, nr, ns, panel);
+  }
+  if constexpr (std::is_same_v<U, UIQ4_XS_Panel>) {
+    if (w.interleave != 1) return pack_panel_x8_iq4xs(w, n0, nr, ns, panel);
   }
   const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
   const typename U::Block* row0[kPanelRows];  // file layout: super-block 0 of each row
@@ -430,10 +482,56 @@ void x8_group_q6(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i, flo
   _mm256_storeu_ps(y, acc);
 }
 
-// GEMV (few rows of x) on interleaved Q4_K / Q5_K / Q6_K: threads take ranges of 8-row groups.
+// y[r] = x row i . weight row 8 group + r for interleaved IQ4_XS: per 32-element sub-block j,
+// S += sc_j (t_j - 128 bsum_j), t_j the dot of the levels as grid + 128 (the folded offset of
+// the panel GEMM, exact in int32: |t_j| <= 32 * 241 * 127), so both give a row the same bits.
+void x8_group_iq4xs(const BlockIQ4_XSx8* grp, const QuantizedRowsK& a, int64_t i, float* y) {
+  const __m256i grid = iq4_table_u8(), m4 = _mm256_set1_epi8(0x0f);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t s = 0; s < a.ns; ++s) {
+    const BlockIQ4_XSx8& b = grp[s];
+    const int8_t* xs = a.q.data() + i * a.k + s * kQKBlock;
+    const int16_t* bsum = a.bsum.data() + (i * a.ns + s) * 16;
+    const __m256i sl = iq4xs_scales_l(b), sh = iq4xs_scales_h(b);
+    __m256i S = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      __m256i tl = _mm256_setzero_si256(), th = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[j][g]));
+        tl = _mm256_dpbusd_epi32(tl, _mm256_shuffle_epi8(grid, _mm256_and_si256(v, m4)),
+                                 _mm256_set1_epi32(load_i32(xs + 32 * j + 4 * g)));
+        th = _mm256_dpbusd_epi32(
+            th, _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)),
+            _mm256_set1_epi32(load_i32(xs + 32 * j + 16 + 4 * g)));
+      }
+      const __m256i t = _mm256_sub_epi32(_mm256_add_epi32(tl, th),
+                                         _mm256_set1_epi32(128 * (bsum[2 * j] + bsum[2 * j + 1])));
+      S = _mm256_add_epi32(S, _mm256_mullo_epi32(t, iq4xs_scale(sl, sh, j)));
+    }
+    const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>(i * a.ns + s)]);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(d, dx), acc);
+  }
+  _mm256_storeu_ps(y, acc);
+}
+
+// GEMV (few rows of x) on interleaved Q4_K / Q5_K / Q6_K / IQ4_XS: threads take ranges of
+// 8-row groups.
 void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, float* y,
              int64_t ldy) {
   const int64_t groups = w.rows / kInterleaveRows;
+  if (w.dtype == DType::IQ4_XS) {
+    const auto* blocks = static_cast<const BlockIQ4_XSx8*>(w.data);
+    pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
+                      [&](int, int64_t g0, int64_t g1) {
+                        for (int64_t g = g0; g < g1; ++g)
+                          for (int64_t i = 0; i < a.m; ++i)
+                            x8_group_iq4xs(blocks + g * a.ns, a, i, y + i * ldy + g * kInterleaveRows);
+                      });
+    return;
+  }
   if (w.dtype == DType::Q6_K) {
     const auto* blocks = static_cast<const BlockQ6_Kx8*>(w.data);
     pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
