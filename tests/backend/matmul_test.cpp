@@ -701,6 +701,48 @@ TEST(MatmulInterleaved, RowsEqualOneRowAloneBitForBit) {
   EXPECT_EQ(mismatches, 0);
 }
 
+// The file-layout row kernels of the block types (matmul_blocks_*.cpp) compute each row of x on
+// its own, so a row gets the same bits at any m: on AVX2 at every m, on AVX-512 VNNI below
+// kPanelMinRows rows of x (from there the panel GEMM of the super-block types sums in another
+// order). This is what keeps speculative verify steps equal to one-token steps for the types
+// without an interleaved layout.
+TEST(MatmulDtype, FileLayoutRowsEqualOneRowAlone) {
+  if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
+  int mismatches = 0, compared = 0;
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
+                  DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL})
+  for (Shape s : {Shape{20, 768, 24}, Shape{15, 512, 13}}) {
+    const Problem p = make_problem(s, t, 21 + static_cast<uint32_t>(s.k));
+    for (CpuKernel kernel : {CpuKernel::Avx2, CpuKernel::Avx512}) {
+      if (!kernel_supported(kernel)) continue;
+      const int64_t max_m =
+          kernel == CpuKernel::Avx512 && detail::vnni_kernels_run(kernel) && detail::is_panel_type(t)
+              ? std::min<int64_t>(s.m, detail::kPanelMinRows - 1)
+              : s.m;
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        std::vector<float> alone(static_cast<size_t>(max_m * s.n));
+        for (int64_t i = 0; i < max_m; ++i)
+          matmul(pool, p.x.data() + i * s.k, 1, p.w, alone.data() + i * s.n, kernel);
+        for (int64_t m = 2; m <= max_m; ++m) {
+          std::vector<float> y(static_cast<size_t>(m * s.n), NAN);
+          matmul(pool, p.x.data(), m, p.w, y.data(), kernel);
+          for (int64_t at = 0; at < m * s.n; ++at) {
+            ++compared;
+            if (std::memcmp(&y[static_cast<size_t>(at)], &alone[static_cast<size_t>(at)], sizeof(float)) != 0 &&
+                ++mismatches <= 5)
+              ADD_FAILURE() << dtype_name(t) << " " << kernel_name(kernel) << " m=" << m
+                            << " y[" << at / s.n << "][" << at % s.n << "] " << y[static_cast<size_t>(at)]
+                            << " alone " << alone[static_cast<size_t>(at)];
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+  EXPECT_EQ(mismatches, 0);
+}
+
 TEST(Matmul, ActiveKernelIsTheBestSupported) {
   // Without EFIM_KERNEL the dispatcher uses the widest variant the CPU has; with it, the
   // variant named there.
