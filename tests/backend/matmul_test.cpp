@@ -574,15 +574,23 @@ TEST(MatmulInt8, Avx2GemvRowsEqualOneRowAloneBitForBit) {
       }
 }
 
-// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL and IQ4_XS rows interleaved 8 at a time (interleave.h): the
+// The emulated AVX-512 kernel of interleaved W (whole groups of 8 rows), routed as matmul routes
+// the native ones.
+void emulated_x8(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w, float* y,
+                 int64_t ldy) {
+  if (is_block32_x8(w.dtype)) return detail::matmul_b32x8_avx512_emulated(pool, x, m, w, y, ldy);
+  detail::matmul_panel_avx512_emulated(pool, x, m, w, y, ldy);
+}
+
+// Q2_K..Q6_K, Q8_0, Q4_0, IQ4_NL and IQ4_XS rows interleaved 8 at a time (interleave.h): the
 // layout round-trips, and every kernel computes it with the scalar kernel's integer arithmetic
 // on the file layout: natively (the AVX2 GEMV/GEMM at every m; the AVX-512 VNNI GEMV below 16
 // rows of x, the panel GEMMs above, also on SIMDe), and through the copy the other variants
 // make.
 TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::IQ4_NL,
-                  DType::IQ4_XS})
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0,
+                  DType::Q4_0, DType::IQ4_NL, DType::IQ4_XS})
   for (Shape s : {Shape{1, 512, 64}, Shape{2, 256, 8}, Shape{3, 768, 40}, Shape{7, 256, 200},
                   Shape{16, 512, 24}, Shape{19, 256, 72}, Shape{1, 1024, 1000},
                   // tails of 5, 3 and 7 rows after the groups (GEMV and GEMM)
@@ -632,7 +640,7 @@ TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
       {
         WeightMatrix groups = x8;  // the emulated kernel takes whole groups; the tail as matmul does
         groups.rows = s.n / 8 * 8;
-        detail::matmul_panel_avx512_emulated(pool, p.x.data(), s.m, groups, y.data(), s.n);
+        emulated_x8(pool, p.x.data(), s.m, groups, y.data(), s.n);
         const std::vector<float> tail_ref = run(p, CpuKernel::Avx2, 1);
         for (int64_t i = 0; i < s.m; ++i)
           for (int64_t r = groups.rows; r < s.n; ++r) y[i * s.n + r] = tail_ref[i * s.n + r];
@@ -664,8 +672,8 @@ TEST(MatmulInterleaved, RowsOf8MatchTheFileLayout) {
 TEST(MatmulInterleaved, RowsEqualOneRowAloneBitForBit) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
   int mismatches = 0;
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                  DType::IQ4_XS})
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                  DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
   for (Shape s : {Shape{15, 768, 48}, Shape{9, 1024, 64}, Shape{13, 256, 16}, Shape{20, 256, 32},
                   Shape{12, 512, 21}}) {
     const Problem p = make_problem(s, t, 5 + static_cast<uint32_t>(s.k));
@@ -679,7 +687,7 @@ TEST(MatmulInterleaved, RowsEqualOneRowAloneBitForBit) {
         if (v == "avx512 (emulated)" && s.n % 8 != 0) continue;  // groups only
         auto run_rows = [&](const float* x, int64_t m, float* y) {
           if (v == "avx512 (emulated)")
-            detail::matmul_panel_avx512_emulated(pool, x, m, x8, y, s.n);
+            emulated_x8(pool, x, m, x8, y, s.n);
           else
             matmul(pool, x, m, x8, y, v == "avx2" ? CpuKernel::Avx2 : CpuKernel::Avx512);
         };

@@ -1,10 +1,11 @@
 // AVX-512 register helpers shared by the AVX-512 kernels: horizontal sum, 16 x 16 transpose,
-// the pairing of two 256-bit halves, and the entry-point names of the native and emulated
+// the pairing of two 256-bit halves, tiles of rows of x, and the entry-point names of the native and emulated
 // builds. Include it only after `#pragma GCC target("avx512f,avx512bw,...")` or after
 // avx512_emulation.h (see CMakeLists.txt), never into generic code.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cpu/avx2_helpers.h"
 
@@ -66,6 +67,36 @@ inline void transpose16x16(__m512 r[16]) {
     r[4 + c] = _mm512_shuffle_f32x4(p0, p2, 0xDD);   // L1
     r[8 + c] = _mm512_shuffle_f32x4(p1, p3, 0x88);   // L2
     r[12 + c] = _mm512_shuffle_f32x4(p1, p3, 0xDD);  // L3
+  }
+}
+
+// 4 bytes as one int32 (the x operand broadcast into a dpbusd).
+inline int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Rows [i0, end) of x in tiles: tile.template operator()<MR>(i) for tiles of Max rows, then
+// (when Max > 4) one of 4, then one of 3, 2 or 1.
+template <int Max, class Tile>
+void for_row_tiles(int64_t i0, int64_t end, Tile&& tile) {
+  for (; i0 + Max <= end; i0 += Max) tile.template operator()<Max>(i0);
+  if constexpr (Max > 4) {
+    if (end - i0 >= 4) {
+      tile.template operator()<4>(i0);
+      i0 += 4;
+    }
+  }
+  switch (end - i0) {
+    case 3:
+      return tile.template operator()<3>(i0);
+    case 2:
+      return tile.template operator()<2>(i0);
+    case 1:
+      return tile.template operator()<1>(i0);
+    default:
+      return;
   }
 }
 

@@ -53,6 +53,25 @@ void copy_block(BlockQ6_Kx8& b, BlockQ6_K& row, int r, bool to_x8) {
     }
 }
 
+void copy_block(BlockQ3_Kx8& b, BlockQ3_K& row, int r, bool to_x8) {
+  const Mover mv{to_x8};
+  mv(&b.d[r], &row.d, 2);
+  for (int i = 0; i < 3; ++i) mv(&b.scales[i][r], row.scales + 4 * i, 4);
+  for (int g = 0; g < 8; ++g) {
+    mv(b.q[g][0][r], row.hmask + 4 * g, 4);
+    for (int h = 0; h < 2; ++h) mv(b.q[g][1 + h][r], row.qs + 32 * h + 4 * g, 4);
+  }
+}
+
+void copy_block(BlockQ2_Kx8& b, BlockQ2_K& row, int r, bool to_x8) {
+  const Mover mv{to_x8};
+  mv(&b.d[r], &row.d, 2);
+  mv(&b.dmin[r], &row.dmin, 2);
+  for (int i = 0; i < 4; ++i) mv(&b.scales[i][r], row.scales + 4 * i, 4);
+  for (int g = 0; g < 8; ++g)
+    for (int h = 0; h < 2; ++h) mv(b.qs[g][h][r], row.qs + 32 * h + 4 * g, 4);
+}
+
 void copy_block(BlockQ8_0x8& b, BlockQ8_0& row, int r, bool to_x8) {
   const Mover mv{to_x8};
   mv(&b.d[r], &row.d, 2);
@@ -93,6 +112,10 @@ int64_t blocks_per_row(const WeightMatrix& w) {
 template <class F>
 void with_layout(DType t, F&& f) {
   switch (t) {
+    case DType::Q2_K:
+      return f.template operator()<BlockQ2_Kx8, BlockQ2_K>();
+    case DType::Q3_K:
+      return f.template operator()<BlockQ3_Kx8, BlockQ3_K>();
     case DType::Q4_K:
       return f.template operator()<BlockQ4_Kx8, BlockQ4_K>();
     case DType::Q5_K:
@@ -165,13 +188,15 @@ bool is_block32_x8(DType t) {
 }
 
 bool has_interleaved_layout(DType t) {
-  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0 ||
-         t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::IQ4_XS;
+  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K ||
+         t == DType::Q6_K || t == DType::Q8_0 || t == DType::Q4_0 || t == DType::IQ4_NL ||
+         t == DType::IQ4_XS;
 }
 
 bool computes_interleaved(DType t, CpuKernel kernel) {
   if (!has_interleaved_layout(t) || !has_avx2(kernel)) return false;
-  return t != DType::IQ4_XS || detail::vnni_kernels_run(kernel);
+  const bool vnni_only = t == DType::Q2_K || t == DType::Q3_K || t == DType::IQ4_XS;
+  return !vnni_only || detail::vnni_kernels_run(kernel);
 }
 
 bool can_interleave(const WeightMatrix& w) {
@@ -181,7 +206,7 @@ bool can_interleave(const WeightMatrix& w) {
 
 WeightMatrix interleave_rows8(const WeightMatrix& w, void* out, ThreadPool* pool) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == 1 && w.rows >= kInterleaveRows,
-             "interleave_rows8: needs Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL or IQ4_XS rows in the file ",
+             "interleave_rows8: needs Q2_K..Q6_K, Q8_0, Q4_0, IQ4_NL or IQ4_XS rows in the file ",
              "layout, at least 8 of them; ",
              "got ", dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "] interleave ",
              int{w.interleave});

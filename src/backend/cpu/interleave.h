@@ -1,11 +1,12 @@
-// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL and IQ4_XS weight rows interleaved 8 at a time, the layout of
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL and IQ4_XS weight rows interleaved 8 at a
+// time, the layout of
 // the decode GEMVs of matmul_panel_avx512.cpp: in the file's layout each 32-weight chunk of a row costs the row
 // kernels a madd and a scale shuffle; with 8 rows side by side, one 32-byte register holds 4
 // bytes of each of 8 rows (int32 lane r = row r), so a dot instruction serves 8 rows and the
 // sub-block scales cost one multiply per 4 (Q6_K) or 8 (Q4_K) dot instructions.
 //
 // Rows [8g, 8g + 8) form group g, stored as one block of 8 rows per block of the dtype
-// (BlockQ4_Kx8, BlockQ5_Kx8, BlockQ6_Kx8, BlockIQ4_XSx8 per super-block, BlockQ8_0x8 or
+// (BlockQ2_Kx8 .. BlockQ6_Kx8, BlockIQ4_XSx8 per super-block, BlockQ8_0x8 or
 // BlockQ4_0x8 per 32 weights), the groups one after another; the last rows % 8 rows (a vocabulary of 151669 tokens leaves 5)
 // follow in the file's layout. The same bytes as the file's rows (Q8_0's quants with their
 // sign bit flipped), and any 8-aligned range of rows is still a contiguous sub-matrix. Only
@@ -75,16 +76,37 @@ struct BlockIQ4_XSx8 {
 };
 static_assert(sizeof(BlockIQ4_XSx8) == 8 * sizeof(BlockIQ4_XS));
 
+// Super-block s of 8 Q3_K rows. Register (g, h) holds qs bytes 32h + 4g.. of the 8 rows and
+// register (g, hmask) their hmask bytes 4g..: element 128h + 32k + 4g + b (k = 0..3, chunk
+// c = 4h + k) takes bits 2k, 2k + 1 of the first and, as bit 2, bit c of the second. The three
+// registers of one g lie side by side (as Q6_K's), read together for all 8 chunks.
+struct BlockQ3_Kx8 {
+  uint16_t d[8];              // f16 super-scales of rows 0..7
+  uint32_t scales[3][8];      // word i (scale bytes 4i..4i+3) of row r at [i][r]
+  uint8_t q[8][3][8][4];      // [g][0: hmask, 1 + h: qs of h][r][b]: byte 4g + b (+ 32h) of row r
+};
+static_assert(sizeof(BlockQ3_Kx8) == 8 * sizeof(BlockQ3_K));
+
+// Super-block s of 8 Q2_K rows: Q3_K's qs registers without the hmask, and the 16 scale bytes
+// (scale low nibble, min high nibble of 16-element sub-block j) as 4 words per row.
+struct BlockQ2_Kx8 {
+  uint16_t d[8], dmin[8];     // f16 super-scales of rows 0..7
+  uint32_t scales[4][8];      // word i (scale bytes 4i..4i+3) of row r at [i][r]
+  uint8_t qs[8][2][8][4];     // [g][h][r][b]: qs byte 32h + 4g + b of row r
+};
+static_assert(sizeof(BlockQ2_Kx8) == 8 * sizeof(BlockQ2_K));
+
 constexpr int kInterleaveRows = 8;
 
-// Whether t has an interleaved layout (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS).
+// Whether t has an interleaved layout (Q2_K..Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS).
 bool has_interleaved_layout(DType t);
 // Whether t is one of the 32-element block types with a layout (Q8_0, Q4_0, IQ4_NL).
 bool is_block32_x8(DType t);
 
 // Whether matmul computes W interleaved natively on this CPU and W is in the file's layout with
 // at least 8 rows: the 32-element types and Q4_K, Q5_K, Q6_K wherever the active kernel is AVX2
-// or AVX-512; IQ4_XS where the VNNI kernels run (AVX2 CPUs keep its file layout).
+// or AVX-512; Q2_K, Q3_K and IQ4_XS where the VNNI kernels run (AVX2 CPUs keep their file
+// layout).
 bool computes_interleaved(DType t, CpuKernel kernel);
 bool can_interleave(const WeightMatrix& w);
 

@@ -51,13 +51,20 @@ void matmul_blocks_avx512(ThreadPool& pool, const float* x, int64_t m, const Wei
                           float* y);
 // Q2_K..Q6_K and IQ4_XS GEMM on panels of 16 weight rows unpacked to int8 once and reused by
 // every row of x (VNNI dpbusd, one scale multiply per sub-block); matmul_blocks_avx512 routes products of at
-// least kPanelMinRows rows of x here. It also computes interleaved Q4_K, Q5_K, Q6_K, Q8_0, Q4_0
-// and IQ4_NL (interleave.h) at any m: below kPanelMinRows rows of x by the 8-row GEMV of that
-// layout, above by panels packed from it.
+// least kPanelMinRows rows of x here. It also computes those types interleaved (interleave.h)
+// at any m: below kPanelMinRows rows of x by the 8-row GEMV of that layout, above by panels
+// packed from it.
 // y[i][r] at y + i * ldy + r (ldy >= W.rows). Interleaved W: its whole groups of 8 rows only.
 void matmul_panel_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
                          float* y, int64_t ldy);
 void matmul_panel_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
+                                  const WeightMatrix& w, float* y, int64_t ldy);
+// Interleaved Q8_0, Q4_0 and IQ4_NL (interleave.h) on AVX-512 VNNI, any m: the 8-row GEMV
+// below kPanelMinRows rows of x, panels of 16 rows above (matmul_b32x8_avx512.cpp). Whole
+// groups of 8 rows only; y[i][r] at y + i * ldy + r (ldy >= W.rows).
+void matmul_b32x8_avx512(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix& w,
+                         float* y, int64_t ldy);
+void matmul_b32x8_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
                                   const WeightMatrix& w, float* y, int64_t ldy);
 // Interleaved Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / IQ4_NL (interleave.h) on AVX2, any m: 8 weight
 // rows per maddubs, up to 4 rows of x per pass, each row of x summed the same way at every m

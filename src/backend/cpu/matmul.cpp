@@ -89,8 +89,8 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
              "matmul: unsupported weight dtype ", dtype_name(w.dtype));
 }
 
-// Interleaved Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / IQ4_NL / IQ4_XS (interleave.h): natively by
-// the AVX-512 VNNI kernels or the AVX2 ones (not IQ4_XS), the tail rows by the file-layout
+// Interleaved Q2_K..Q6_K / Q8_0 / Q4_0 / IQ4_NL / IQ4_XS (interleave.h): natively by the
+// AVX-512 VNNI kernels or the AVX2 ones (not Q2_K, Q3_K, IQ4_XS), the tail rows by the file-layout
 // kernels one row of x at a time, as in decode (at most 7 weight rows: no thread hand-off),
 // so a row's tail does not depend on m either; the other variants (tests) on a copy in the
 // file's layout.
@@ -98,7 +98,7 @@ void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const Weigh
                         float* y, CpuKernel kernel) {
   EFIM_CHECK(has_interleaved_layout(w.dtype) && w.interleave == kInterleaveRows &&
                  w.rows >= kInterleaveRows,
-             "matmul: interleave ", int{w.interleave}, " is defined for Q4_K, Q5_K, Q6_K, Q8_0, ",
+             "matmul: interleave ", int{w.interleave}, " is defined for Q2_K..Q6_K, Q8_0, ",
              "Q4_0, IQ4_NL and IQ4_XS matrices of at least ", kInterleaveRows, " rows, not ",
              dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "]");
   const size_t row_bytes = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
@@ -107,7 +107,9 @@ void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const Weigh
     const int64_t whole = w.rows / kInterleaveRows * kInterleaveRows, tail = w.rows - whole;
     WeightMatrix groups = w;
     groups.rows = whole;
-    if (vnni)
+    if (vnni && is_block32_x8(w.dtype))
+      detail::matmul_b32x8_avx512(pool, x, m, groups, y, w.rows);
+    else if (vnni)
       detail::matmul_panel_avx512(pool, x, m, groups, y, w.rows);
     else
       detail::matmul_interleaved_avx2(pool, x, m, groups, y, w.rows);

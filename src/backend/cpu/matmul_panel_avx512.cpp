@@ -19,13 +19,14 @@
 // their consecutive items of it. A panel of k = 8960 is 200 KB: it stays in L2 while the rows
 // of x stream past it.
 //
-// Weights interleaved 8 rows at a time (Q4_K, Q5_K, Q6_K; interleave.h) are packed from that
+// Weights interleaved 8 rows at a time (all six types; interleave.h) are packed from that
 // layout without transposes, and below kPanelMinRows rows of x (decode) run the GEMV of the
 // layout: the same dpbusd per 4 bytes of 8 rows, straight from the weights, with the 8 rows'
-// sums in the lanes of one register (x8_group, x8_group_q6; Q5_K's fifth bits or-ed into its
-// nibbles by x8_levels). Q8_0, Q4_0 and IQ4_NL interleaved the same way (32-element blocks)
-// have a GEMV of that kind and a panel GEMM of their own (b32_gemm): their weights as dpbusd's
-// unsigned operand, x's block sum times the offset subtracted.
+// sums in the lanes of one register (x8_group, x8_group_q6, x8_group_q3, x8_group_q2,
+// x8_group_iq4xs; Q5_K's fifth bits or-ed into its nibbles by x8_levels). Each GEMV forms the
+// panel's exact integer sum per super-block and applies it with the panel's f32 steps, so GEMV
+// and GEMM give a row the same bits. Q8_0, Q4_0 and IQ4_NL interleaved the same way have
+// kernels of their own (matmul_b32x8_avx512.cpp).
 //
 // This file is compiled twice: natively for AVX-512 CPUs, and for tests on SIMDe's emulation of
 // the intrinsics (EFIM_AVX512_EMULATED, see avx512_emulation.h).
@@ -72,12 +73,6 @@ struct alignas(64) PanelBlock {
                                  // 2p and 2p + 1 of row r
   float d[kPanelRows], dmin[kPanelRows];
 };
-
-inline int32_t load_i32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // The levels of elements 4g..4g+3 of sub-blocks 2P (lo) and 2P + 1 (hi) of 8 interleaved Q4_K
 // or Q5_K rows: the low and high nibbles of qs register (P, g); for Q5_K bits 2P and 2P + 1 of
@@ -229,6 +224,135 @@ void pack_panel_x8_iq4xs(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, 
   }
 }
 
+// ---- Q3_K and Q2_K interleaved (BlockQ3_Kx8, BlockQ2_Kx8): 2-bit levels of chunk c = 4h + k
+// (elements 32c + 4g..) are bits 2k, 2k + 1 of qs register (g, h); Q3_K's third bit is bit c
+// of its hmask register g.
+
+// The 16 6-bit scales of 8 interleaved Q3_K rows (UQ3_K::prepare on 8 rows at once): lane r
+// of v[k] holds row r's scales (sc + 32) of sub-blocks 4k..4k+3, one per byte.
+struct Q3Scales {
+  __m256i v[4];
+};
+inline Q3Scales q3_scales(const BlockQ3_Kx8& b) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[0]));
+  const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[1]));
+  const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[2]));
+  auto top = [&](int shift) {  // bit pair `shift / 2` of each w2 byte, at bits 4 and 5
+    return _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w2, shift), m2), 4);
+  };
+  return {{_mm256_or_si256(_mm256_and_si256(w0, m4), top(0)),
+           _mm256_or_si256(_mm256_and_si256(w1, m4), top(2)),
+           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w0, 4), m4), top(4)),
+           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w1, 4), m4), top(6))}};
+}
+// sc_j - 32 of sub-block j as int32 lanes.
+inline __m256i q3_scale(const Q3Scales& s, int j) {
+  const __m256i byte = _mm256_and_si256(_mm256_srlv_epi32(s.v[j / 4], _mm256_set1_epi32(8 * (j % 4))),
+                                        _mm256_set1_epi32(0xff));
+  return _mm256_sub_epi32(byte, _mm256_set1_epi32(32));
+}
+
+// The 2-bit levels of chunk C from qs register q (h = C / 4), or-ed for Q3_K with bit C of the
+// hmask register hm moved to bit 2.
+template <int C>
+inline __m256i q2_levels(__m256i q) {
+  const __m256i m3 = _mm256_set1_epi8(0x03);
+  if constexpr (C % 4 == 0) return _mm256_and_si256(q, m3);
+  return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (C % 4)), m3);
+}
+template <int C>
+inline __m256i q3_levels(__m256i q, __m256i hm) {
+  __m256i high = hm;  // bit C at bit 2 (the other bits masked off)
+  if constexpr (C < 2) high = _mm256_slli_epi16(hm, 2 - C);
+  if constexpr (C > 2) high = _mm256_srli_epi16(hm, C - 2);
+  return _mm256_or_si256(q2_levels<C>(q), _mm256_and_si256(high, _mm256_set1_epi8(0x04)));
+}
+
+// The levels of chunks 0..7 for 4-byte group g of 8 interleaved Q3_K or Q2_K rows: f(C, e)
+// with e the levels of elements 32C + 4g.. (C as std::integral_constant).
+template <class F>
+inline void x8_chunks(const BlockQ3_Kx8& b, int g, F&& f) {
+  const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.q[g][0]));
+  const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.q[g][1]));
+  const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.q[g][2]));
+  [&]<int... C>(std::integer_sequence<int, C...>) {
+    (f(std::integral_constant<int, C>{}, q3_levels<C>(C < 4 ? q0 : q1, hm)), ...);
+  }(std::make_integer_sequence<int, 8>{});
+}
+template <class F>
+inline void x8_chunks(const BlockQ2_Kx8& b, int g, F&& f) {
+  const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[g][0]));
+  const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[g][1]));
+  [&]<int... C>(std::integer_sequence<int, C...>) {
+    (f(std::integral_constant<int, C>{}, q2_levels<C>(C < 4 ? q0 : q1)), ...);
+  }(std::make_integer_sequence<int, 8>{});
+}
+
+// Q2_K's scale (low nibble) of sub-block j of 8 interleaved rows as int32 lanes; w: its words.
+inline __m256i q2_scale(const __m256i w[4], int j) {
+  return _mm256_and_si256(_mm256_srlv_epi32(w[j / 4], _mm256_set1_epi32(8 * (j % 4))),
+                          _mm256_set1_epi32(0x0f));
+}
+inline void q2_words(const BlockQ2_Kx8& b, __m256i w[4]) {
+  for (int k = 0; k < 4; ++k) w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[k]));
+}
+// Q2_K's mins (high nibbles) of sub-blocks 4k + 2e and 4k + 2e + 1 as the int16 pairs of the
+// int32 lanes (the operand of a madd with x's sums of those sub-blocks), from word w = w[k].
+template <int E>
+inline __m256i q2_min_pair(__m256i w) {
+  const __m256i mins = _mm256_and_si256(_mm256_srli_epi32(w, 4), _mm256_set1_epi8(0x0f));
+  constexpr char o = 2 * E, z = -128;  // bytes 2E, 2E + 1 of each lane, zero-extended
+  const __m256i pick = _mm256_setr_epi8(o, z, o + 1, z, o + 4, z, o + 5, z, o + 8, z, o + 9, z, o + 12, z,
+                                        o + 13, z, o, z, o + 1, z, o + 4, z, o + 5, z, o + 8, z, o + 9, z,
+                                        o + 12, z, o + 13, z);
+  return _mm256_shuffle_epi8(mins, pick);
+}
+
+// pack_panel for interleaved Q3_K and Q2_K (as pack_panel_x8): chunk c of group g goes to
+// panel group 8c + g; Q3_K's offsets folded as 4 sc (UQ3_K), Q2_K's mins as they are.
+template <class B>
+void pack_panel_x8_q23(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBlock* panel) {
+  constexpr bool kQ3 = std::is_same_v<B, BlockQ3_Kx8>;
+  const auto* blocks = static_cast<const B*>(w.data);
+  for (int64_t s = 0; s < ns; ++s) {
+    PanelBlock& p = panel[s];
+    for (int h8 = 0; h8 < kPanelRows; h8 += kInterleaveRows) {
+      const int64_t grp = (n0 + std::min(h8, nr - kInterleaveRows)) / kInterleaveRows;
+      const B& b = blocks[grp * ns + s];
+      for (int g = 0; g < 8; ++g)
+        x8_chunks(b, g, [&](auto c, __m256i e) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[8 * c + g][h8][0]), e);
+        });
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+      _mm256_store_ps(&p.d[h8], d);
+      if constexpr (kQ3) {
+        const Q3Scales sc = q3_scales(b);
+        for (int j = 0; j < 16; ++j)
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.sc[j][h8]), q3_scale(sc, j));
+        for (int j = 0; j < 8; ++j) {  // folded offsets 4 sc of sub-blocks 2j, 2j + 1
+          const __m256i lo = _mm256_slli_epi32(q3_scale(sc, 2 * j), 2);
+          const __m256i hi = _mm256_slli_epi32(q3_scale(sc, 2 * j + 1), 2);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.mn[j][h8][0]),
+                             _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xffff)),
+                                             _mm256_slli_epi32(hi, 16)));
+        }
+        _mm256_store_ps(&p.dmin[h8], d);
+      } else {
+        __m256i words[4];
+        q2_words(b, words);
+        for (int j = 0; j < 16; ++j)
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.sc[j][h8]), q2_scale(words, j));
+        for (int k = 0; k < 4; ++k) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.mn[2 * k][h8][0]), q2_min_pair<0>(words[k]));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.mn[2 * k + 1][h8][0]), q2_min_pair<1>(words[k]));
+        }
+        _mm256_store_ps(&p.dmin[h8], _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin))));
+      }
+    }
+  }
+}
+
 // Unpacks weight rows [n0, n0 + nr) into panel[0..ns) (rows past nr repeat row n0 + nr - 1;
 // their outputs are dropped).
 template <class U>
@@ -244,6 +368,12 @@ void pack_panel(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBloc
   }
   if constexpr (std::is_same_v<U, UIQ4_XS_Panel>) {
     if (w.interleave != 1) return pack_panel_x8_iq4xs(w, n0, nr, ns, panel);
+  }
+  if constexpr (std::is_same_v<U, UQ3_K>) {
+    if (w.interleave != 1) return pack_panel_x8_q23<BlockQ3_Kx8>(w, n0, nr, ns, panel);
+  }
+  if constexpr (std::is_same_v<U, UQ2_K>) {
+    if (w.interleave != 1) return pack_panel_x8_q23<BlockQ2_Kx8>(w, n0, nr, ns, panel);
   }
   const uint64_t stride = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
   const typename U::Block* row0[kPanelRows];  // file layout: super-block 0 of each row
@@ -343,29 +473,6 @@ void panel_tile(const PanelBlock* panel, const QuantizedRowsK& a, int64_t i0, fl
     alignas(64) float out[kPanelRows];
     _mm512_store_ps(out, acc[i]);
     std::memcpy(y + (i0 + i) * ldy, out, static_cast<size_t>(nr) * sizeof(float));
-  }
-}
-
-// Rows [i0, end) of x in tiles: tile.template operator()<MR>(i) for tiles of Max rows, then
-// (when Max > 4) one of 4, then one of 3, 2 or 1.
-template <int Max, class Tile>
-void for_row_tiles(int64_t i0, int64_t end, Tile&& tile) {
-  for (; i0 + Max <= end; i0 += Max) tile.template operator()<Max>(i0);
-  if constexpr (Max > 4) {
-    if (end - i0 >= 4) {
-      tile.template operator()<4>(i0);
-      i0 += 4;
-    }
-  }
-  switch (end - i0) {
-    case 3:
-      return tile.template operator()<3>(i0);
-    case 2:
-      return tile.template operator()<2>(i0);
-    case 1:
-      return tile.template operator()<1>(i0);
-    default:
-      return;
   }
 }
 
@@ -517,7 +624,68 @@ void x8_group_iq4xs(const BlockIQ4_XSx8* grp, const QuantizedRowsK& a, int64_t i
   _mm256_storeu_ps(y, acc);
 }
 
-// GEMV (few rows of x) on interleaved Q4_K / Q5_K / Q6_K / IQ4_XS: threads take ranges of
+// y[r] = x row i . weight row 8 group + r for interleaved Q3_K or Q2_K. Per 16-element
+// sub-block j (chunk c = j / 2, 4-byte groups 4 (j % 2)..+3 of it):
+//     Q3_K: S += sc_j (t_j - 4 bsum_j)          (the panel's folded offset, exact in int32)
+//     Q2_K: S += sc_j t_j,  M += mn_j bsum_j    (madd on the mins' int16 pairs)
+// then y += d dx S (- dmin dx M): the panel GEMM's integer sums and f32 steps.
+template <class B>
+void x8_group_q23(const B* grp, const QuantizedRowsK& a, int64_t i, float* y) {
+  constexpr bool kQ3 = std::is_same_v<B, BlockQ3_Kx8>;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t s = 0; s < a.ns; ++s) {
+    const B& b = grp[s];
+    const int8_t* xs = a.q.data() + i * a.k + s * kQKBlock;
+    const int16_t* bsum = a.bsum.data() + (i * a.ns + s) * 16;
+    Q3Scales sc;        // Q3_K's scales
+    __m256i words[4];   // Q2_K's scale and min words
+    if constexpr (kQ3)
+      sc = q3_scales(b);
+    else
+      q2_words(b, words);
+    __m256i S = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {  // groups 4 half..+3: sub-blocks 2c + half
+      __m256i t[8];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) t[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int g = 4 * half; g < 4 * half + 4; ++g)
+        x8_chunks(b, g, [&](auto c, __m256i e) {
+          t[c] = _mm256_dpbusd_epi32(t[c], e, _mm256_set1_epi32(load_i32(xs + 32 * c + 4 * g)));
+        });
+      if constexpr (kQ3) {
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+          const int j = 2 * c + half;
+          const __m256i dot = _mm256_sub_epi32(t[c], _mm256_set1_epi32(4 * bsum[j]));
+          S = _mm256_add_epi32(S, _mm256_mullo_epi32(dot, q3_scale(sc, j)));
+        }
+      } else {
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c)
+          S = _mm256_add_epi32(S, _mm256_mullo_epi32(t[c], q2_scale(words, 2 * c + half)));
+      }
+    }
+    const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>(i * a.ns + s)]);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(d, dx), acc);
+    if constexpr (!kQ3) {
+      __m256i M = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        M = _mm256_add_epi32(M, _mm256_madd_epi16(q2_min_pair<0>(words[k]),
+                                                  _mm256_set1_epi32(load_i32(bsum + 4 * k))));
+        M = _mm256_add_epi32(M, _mm256_madd_epi16(q2_min_pair<1>(words[k]),
+                                                  _mm256_set1_epi32(load_i32(bsum + 4 * k + 2))));
+      }
+      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
+      acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmin, dx), acc);
+    }
+  }
+  _mm256_storeu_ps(y, acc);
+}
+
+// GEMV (few rows of x) on interleaved Q2_K..Q6_K / IQ4_XS: threads take ranges of
 // 8-row groups.
 void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, float* y,
              int64_t ldy) {
@@ -532,6 +700,16 @@ void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, f
                       });
     return;
   }
+  auto run_q23 = [&]<class B>(const B* blocks) {
+    pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
+                      [&](int, int64_t g0, int64_t g1) {
+                        for (int64_t g = g0; g < g1; ++g)
+                          for (int64_t i = 0; i < a.m; ++i)
+                            x8_group_q23(blocks + g * a.ns, a, i, y + i * ldy + g * kInterleaveRows);
+                      });
+  };
+  if (w.dtype == DType::Q3_K) return run_q23(static_cast<const BlockQ3_Kx8*>(w.data));
+  if (w.dtype == DType::Q2_K) return run_q23(static_cast<const BlockQ2_Kx8*>(w.data));
   if (w.dtype == DType::Q6_K) {
     const auto* blocks = static_cast<const BlockQ6_Kx8*>(w.data);
     pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
@@ -559,244 +737,10 @@ void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, f
   run(static_cast<const BlockQ4_Kx8*>(w.data));
 }
 
-// ---- interleaved Q8_0, Q4_0, IQ4_NL (interleave.h): rows of x against groups of 8 rows ----
-
-// y[i][r] = x row i0 + i . weight row 8 group + r for MX rows of x. Per block b of 32 weights:
-//     t_r = sum_g dpbusd(q_b[g][r] + 128, x_b[4g..4g+3]) - 128 sum x_b
-//     y_r += (d_r dx_b) t_r
-// t is the exact int32 dot (|t| <= 32 * 255 * 127). The block's 8 registers are loaded once for
-// the MX rows, and each row's arithmetic is the same whatever MX is: a row's result does not
-// depend on how many rows share the step (a speculative verify step gives every row what a
-// one-token step gives it).
-template <int MX>
-void x8_group_q8(const BlockQ8_0x8* grp, const QuantizedRows& a, int64_t i0, float* y,
-                 int64_t ldy) {
-  __m256 acc[MX];
-#pragma GCC unroll 4
-  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < a.nb; ++b) {
-    const BlockQ8_0x8& blk = grp[b];
-    __m256i w[8];
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) w[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[g]));
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
-#pragma GCC unroll 4
-    for (int i = 0; i < MX; ++i) {
-      const size_t ib = static_cast<size_t>((i0 + i) * a.nb + b);
-      const int8_t* xq = a.q.data() + (i0 + i) * a.k + b * kQBlock;
-      __m256i t0 = _mm256_setzero_si256(), t1 = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int g = 0; g < 8; g += 2) {
-        t0 = _mm256_dpbusd_epi32(t0, w[g], _mm256_set1_epi32(load_i32(xq + 4 * g)));
-        t1 = _mm256_dpbusd_epi32(t1, w[g + 1], _mm256_set1_epi32(load_i32(xq + 4 * g + 4)));
-      }
-      const __m256i t = _mm256_sub_epi32(_mm256_add_epi32(t0, t1), _mm256_set1_epi32(128 * a.sum[ib]));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[ib])), acc[i]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + i * ldy, acc[i]);
-}
-
-// The same for 8 Q4_0 or IQ4_NL rows (kNL): their nibbles as dpbusd's unsigned operand, Q4_0's
-// as they are (value + 8), IQ4_NL's through the grid plus 128 (a byte shuffle):
-//     t_r = sum_g dpbusd(u_b[g][r], x_b[..]) - o sum x_b,  o = 8 (Q4_0) or 128 (IQ4_NL)
-template <int MX, bool kNL>
-void x8_group_q4(const BlockQ4_0x8* grp, const QuantizedRows& a, int64_t i0, float* y,
-                 int64_t ldy) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i grid = iq4_table_u8();
-  constexpr int32_t kOffset = kNL ? 128 : 8;
-  __m256 acc[MX];
-#pragma GCC unroll 4
-  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < a.nb; ++b) {
-    const BlockQ4_0x8& blk = grp[b];
-    __m256i lo[4], hi[4];  // elements 4g.. and 16 + 4g.. of the 8 rows
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[g]));
-      lo[g] = _mm256_and_si256(v, m4);
-      hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-      if constexpr (kNL) {
-        lo[g] = _mm256_shuffle_epi8(grid, lo[g]);
-        hi[g] = _mm256_shuffle_epi8(grid, hi[g]);
-      }
-    }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
-#pragma GCC unroll 4
-    for (int i = 0; i < MX; ++i) {
-      const size_t ib = static_cast<size_t>((i0 + i) * a.nb + b);
-      const int8_t* xq = a.q.data() + (i0 + i) * a.k + b * kQBlock;
-      __m256i t0 = _mm256_setzero_si256(), t1 = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) {
-        t0 = _mm256_dpbusd_epi32(t0, lo[g], _mm256_set1_epi32(load_i32(xq + 4 * g)));
-        t1 = _mm256_dpbusd_epi32(t1, hi[g], _mm256_set1_epi32(load_i32(xq + 16 + 4 * g)));
-      }
-      const __m256i t =
-          _mm256_sub_epi32(_mm256_add_epi32(t0, t1), _mm256_set1_epi32(kOffset * a.sum[ib]));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[ib])), acc[i]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + i * ldy, acc[i]);
-}
-
-// The group kernel of interleaved T for MX rows of x.
-template <DType T, int MX>
-void x8_group_b32(const uint8_t* grp, const QuantizedRows& a, int64_t i0, float* y, int64_t ldy) {
-  if constexpr (T == DType::Q8_0)
-    x8_group_q8<MX>(reinterpret_cast<const BlockQ8_0x8*>(grp), a, i0, y, ldy);
-  else
-    x8_group_q4<MX, T == DType::IQ4_NL>(reinterpret_cast<const BlockQ4_0x8*>(grp), a, i0, y, ldy);
-}
-
-// GEMV on interleaved Q8_0 / Q4_0 / IQ4_NL: threads take ranges of groups; rows of x 4 at a
-// time per group, then 1-3.
-template <DType T>
-void x8_gemv_b32(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y,
-                 int64_t ldy) {
-  const int64_t groups = w.rows / kInterleaveRows;
-  const size_t group_bytes =
-      static_cast<size_t>(kInterleaveRows) * dtype_row_bytes(T, static_cast<uint64_t>(w.cols));
-  const auto* base = static_cast<const uint8_t*>(w.data);
-  pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
-                    [&](int, int64_t g0, int64_t g1) {
-                      for (int64_t g = g0; g < g1; ++g) {
-                        const uint8_t* grp = base + static_cast<size_t>(g) * group_bytes;
-                        float* yg = y + g * kInterleaveRows;
-                        for_row_tiles<4>(0, a.m, [&]<int MX>(int64_t i) {
-                          x8_group_b32<T, MX>(grp, a, i, yg + i * ldy, ldy);
-                        });
-                      }
-                    });
-}
-
-// GEMM (m >= kPanelMinRows) on interleaved Q8_0 / Q4_0 / IQ4_NL: panels of two groups (16
-// rows), unpacked once per thread to the unsigned operand, 4 bytes of each of the 16 rows per
-// 64-byte register (step s: elements 4s..4s+3), so one dpbusd serves 16 rows and a row of x:
-//     t_r = sum_s dpbusd(u[s][r], x_b[4s..4s+3]) - o sum x_b;  y_r += (d_r dx_b) t_r
-// The same exact t and the same f32 steps as the GEMV: a row's result does not depend on m.
-constexpr int kB32Steps = 8;
-struct B32Panel {
-  uint8_t q[kB32Steps][kPanelRows][4];  // unsigned operand: q + 128, nibble, or grid + 128
-  float d[kPanelRows];                  // scales (0 for the missing rows of a last half panel)
-};
-
-template <DType T>
-void pack_b32_panel(const WeightMatrix& w, int64_t g0, int ngroups, int64_t nb, B32Panel* panel) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i grid = iq4_table_u8();
-  using X8 = std::conditional_t<T == DType::Q8_0, BlockQ8_0x8, BlockQ4_0x8>;
-  const auto* groups = static_cast<const X8*>(w.data) + g0 * nb;
-  for (int64_t b = 0; b < nb; ++b) {
-    B32Panel& p = panel[b];
-    for (int h = 0; h < 2; ++h) {
-      const int r0 = kInterleaveRows * h;
-      if (h >= ngroups) {
-        for (int st = 0; st < kB32Steps; ++st) std::memset(p.q[st][r0], 0, 32);
-        for (int r = 0; r < kInterleaveRows; ++r) p.d[r0 + r] = 0.0f;
-        continue;
-      }
-      const X8& blk = groups[h * nb + b];
-      for (int st = 0; st < kB32Steps; ++st) {
-        __m256i v;
-        if constexpr (T == DType::Q8_0) {
-          v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[st]));
-        } else {
-          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[st % 4]));
-          v = _mm256_and_si256(st < 4 ? q : _mm256_srli_epi16(q, 4), m4);
-          if constexpr (T == DType::IQ4_NL) v = _mm256_shuffle_epi8(grid, v);
-        }
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q[st][r0]), v);
-      }
-      _mm256_storeu_ps(p.d + r0, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d))));
-    }
-  }
-}
-
-// Rows [i0, i0 + MR) of x against one panel; nr = 16 or 8 valid rows.
-template <DType T, int MR>
-void b32_tile(const B32Panel* panel, const QuantizedRows& a, int64_t i0, float* y, int64_t ldy,
-              int nr) {
-  constexpr int32_t kOffset = T == DType::Q4_0 ? 8 : 128;
-  __m512 acc[MR];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < a.nb; ++b) {
-    const B32Panel& p = panel[b];
-    __m512i dot[MR];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) dot[i] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int st = 0; st < kB32Steps; ++st) {
-      const __m512i wv = _mm512_loadu_si512(p.q[st]);
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i)
-        dot[i] = _mm512_dpbusd_epi32(
-            dot[i], wv, _mm512_set1_epi32(load_i32(a.q.data() + (i0 + i) * a.k + b * kQBlock + 4 * st)));
-    }
-    const __m512 dw = _mm512_loadu_ps(p.d);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const size_t ib = static_cast<size_t>((i0 + i) * a.nb + b);
-      const __m512i t = _mm512_sub_epi32(dot[i], _mm512_set1_epi32(kOffset * a.sum[ib]));
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[ib])), acc[i]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    if (nr == kPanelRows)
-      _mm512_storeu_ps(y + (i0 + i) * ldy, acc[i]);
-    else
-      _mm256_storeu_ps(y + (i0 + i) * ldy, _mm512_castps512_ps256(acc[i]));
-  }
-}
-
-template <DType T>
-void b32_gemm(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y,
-              int64_t ldy) {
-  const int64_t m = a.m, groups = w.rows / kInterleaveRows;
-  const GemmSplit split = split_gemm(m, w.rows, kTileRows, kPanelRows, pool.size());
-  const int64_t m_blocks = split.m_blocks, m_block = split.m_block, items = split.items();
-  pool.parallel_for(items, grain_for(items, m * w.rows * a.k, pool.size()),
-                    [&](int, int64_t it0, int64_t it1) {
-                      static thread_local std::vector<B32Panel> panel;  // [nb]
-                      panel.resize(static_cast<size_t>(a.nb));
-                      int64_t packed = -1;
-                      for (int64_t it = it0; it < it1; ++it) {
-                        const int64_t p = it / m_blocks, mb = it % m_blocks;
-                        const int64_t g0 = 2 * p;
-                        const int ngroups = static_cast<int>(std::min<int64_t>(2, groups - g0));
-                        if (packed != p) {
-                          pack_b32_panel<T>(w, g0, ngroups, a.nb, panel.data());
-                          packed = p;
-                        }
-                        const int64_t i0 = mb * m_block;
-                        for_row_tiles<kTileRows>(i0, i0 + std::min(m_block, m - i0), [&]<int MR>(int64_t i) {
-                          b32_tile<T, MR>(panel.data(), a, i, y + g0 * kInterleaveRows, ldy,
-                                          ngroups * kInterleaveRows);
-                        });
-                      }
-                    });
-}
-
 }  // namespace
 
 void EFIM_AVX512_ENTRY(matmul_panel_avx512)(ThreadPool& pool, const float* x, int64_t m,
                                             const WeightMatrix& w, float* y, int64_t ldy) {
-  if (is_block32_x8(w.dtype)) {  // interleaved (matmul_interleaved routes only those here)
-    const QuantizedRows& q8 =
-        quantize_activations<QuantizedRows, quantize_row_q8_ggml_avx2>(pool, x, m, w.cols);
-    auto run = [&]<DType T>() {
-      if (m < kPanelMinRows) return x8_gemv_b32<T>(pool, q8, w, y, ldy);
-      b32_gemm<T>(pool, q8, w, y, ldy);
-    };
-    if (w.dtype == DType::Q8_0) return run.template operator()<DType::Q8_0>();
-    if (w.dtype == DType::Q4_0) return run.template operator()<DType::Q4_0>();
-    return run.template operator()<DType::IQ4_NL>();
-  }
   const QuantizedRowsK& acts =
       quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);
   if (w.interleave != 1 && m < kPanelMinRows) return x8_gemv(pool, acts, w, y, ldy);
