@@ -9,6 +9,10 @@
 #include "backend/cpu/matmul.h"
 #include "tensor/quant.h"
 
+namespace efim::cpu {
+struct QuantizedRowsK;  // quant_int.h
+}  // namespace efim::cpu
+
 namespace efim::cpu::detail {
 
 // Activations quantized for the integer kernels, one Q8_0 block per 32 values of a row:
@@ -59,6 +63,12 @@ void matmul_panel_avx512(ThreadPool& pool, const float* x, int64_t m, const Weig
                          float* y, int64_t ldy);
 void matmul_panel_avx512_emulated(ThreadPool& pool, const float* x, int64_t m,
                                   const WeightMatrix& w, float* y, int64_t ldy);
+// GEMV (m < kPanelMinRows) on interleaved Q3_K and Q2_K (whole groups of 8 rows), against their
+// activations quantized to Q8_K (matmul_q23x8_avx512.cpp); matmul_panel_avx512 routes them here.
+void x8_gemv_q23_avx512(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w,
+                        float* y, int64_t ldy);
+void x8_gemv_q23_avx512_emulated(ThreadPool& pool, const QuantizedRowsK& a,
+                                 const WeightMatrix& w, float* y, int64_t ldy);
 // Interleaved Q8_0, Q4_0 and IQ4_NL (interleave.h) on AVX-512 VNNI, any m: the 8-row GEMV
 // below kPanelMinRows rows of x, panels of 16 rows above (matmul_b32x8_avx512.cpp). Whole
 // groups of 8 rows only; y[i][r] at y + i * ldy + r (ldy >= W.rows).

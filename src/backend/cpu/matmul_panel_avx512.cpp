@@ -22,11 +22,12 @@
 // Weights interleaved 8 rows at a time (all six types; interleave.h) are packed from that
 // layout without transposes, and below kPanelMinRows rows of x (decode) run the GEMV of the
 // layout: the same dpbusd per 4 bytes of 8 rows, straight from the weights, with the 8 rows'
-// sums in the lanes of one register (x8_group, x8_group_q6, x8_group_q3, x8_group_q2,
-// x8_group_iq4xs; Q5_K's fifth bits or-ed into its nibbles by x8_levels). Each GEMV forms the
-// panel's exact integer sum per super-block and applies it with the panel's f32 steps, so GEMV
-// and GEMM give a row the same bits. Q8_0, Q4_0 and IQ4_NL interleaved the same way have
-// kernels of their own (matmul_b32x8_avx512.cpp).
+// sums in the lanes of one register (x8_group, x8_group_q6, x8_group_iq4xs; Q5_K's fifth bits
+// or-ed into its nibbles by x8_levels), or 8 rows in two super-blocks for Q3_K and Q2_K
+// (x8_group_q23, 512-bit registers). Each
+// GEMV forms the panel's exact integer sum per super-block and applies it with the panel's f32
+// steps, so GEMV and GEMM give a row the same bits. Q8_0, Q4_0 and IQ4_NL interleaved the same
+// way have kernels of their own (matmul_b32x8_avx512.cpp).
 //
 // This file is compiled twice: natively for AVX-512 CPUs, and for tests on SIMDe's emulation of
 // the intrinsics (EFIM_AVX512_EMULATED, see avx512_emulation.h).
@@ -57,6 +58,7 @@
 #endif
 #include "backend/cpu/avx512_helpers.h"
 #include "backend/cpu/block_unpack_avx2.h"
+#include "backend/cpu/q23_x8_avx512.h"
 
 namespace efim::cpu::detail {
 
@@ -224,131 +226,38 @@ void pack_panel_x8_iq4xs(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, 
   }
 }
 
-// ---- Q3_K and Q2_K interleaved (BlockQ3_Kx8, BlockQ2_Kx8): 2-bit levels of chunk c = 4h + k
-// (elements 32c + 4g..) are bits 2k, 2k + 1 of qs register (g, h); Q3_K's third bit is bit c
-// of its hmask register g.
-
-// The 16 6-bit scales of 8 interleaved Q3_K rows (UQ3_K::prepare on 8 rows at once): lane r
-// of v[k] holds row r's scales (sc + 32) of sub-blocks 4k..4k+3, one per byte.
-struct Q3Scales {
-  __m256i v[4];
-};
-inline Q3Scales q3_scales(const BlockQ3_Kx8& b) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
-  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[0]));
-  const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[1]));
-  const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[2]));
-  auto top = [&](int shift) {  // bit pair `shift / 2` of each w2 byte, at bits 4 and 5
-    return _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w2, shift), m2), 4);
-  };
-  return {{_mm256_or_si256(_mm256_and_si256(w0, m4), top(0)),
-           _mm256_or_si256(_mm256_and_si256(w1, m4), top(2)),
-           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w0, 4), m4), top(4)),
-           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w1, 4), m4), top(6))}};
-}
-// sc_j - 32 of sub-block j as int32 lanes.
-inline __m256i q3_scale(const Q3Scales& s, int j) {
-  const __m256i byte = _mm256_and_si256(_mm256_srlv_epi32(s.v[j / 4], _mm256_set1_epi32(8 * (j % 4))),
-                                        _mm256_set1_epi32(0xff));
-  return _mm256_sub_epi32(byte, _mm256_set1_epi32(32));
-}
-
-// The 2-bit levels of chunk C from qs register q (h = C / 4), or-ed for Q3_K with bit C of the
-// hmask register hm moved to bit 2.
-template <int C>
-inline __m256i q2_levels(__m256i q) {
-  const __m256i m3 = _mm256_set1_epi8(0x03);
-  if constexpr (C % 4 == 0) return _mm256_and_si256(q, m3);
-  return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (C % 4)), m3);
-}
-template <int C>
-inline __m256i q3_levels(__m256i q, __m256i hm) {
-  __m256i high = hm;  // bit C at bit 2 (the other bits masked off)
-  if constexpr (C < 2) high = _mm256_slli_epi16(hm, 2 - C);
-  if constexpr (C > 2) high = _mm256_srli_epi16(hm, C - 2);
-  return _mm256_or_si256(q2_levels<C>(q), _mm256_and_si256(high, _mm256_set1_epi8(0x04)));
-}
-
-// The levels of chunks 0..7 for 4-byte group g of 8 interleaved Q3_K or Q2_K rows: f(C, e)
-// with e the levels of elements 32C + 4g.. (C as std::integral_constant).
-template <class F>
-inline void x8_chunks(const BlockQ3_Kx8& b, int g, F&& f) {
-  const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.q[g][0]));
-  const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.q[g][1]));
-  const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.q[g][2]));
-  [&]<int... C>(std::integer_sequence<int, C...>) {
-    (f(std::integral_constant<int, C>{}, q3_levels<C>(C < 4 ? q0 : q1, hm)), ...);
-  }(std::make_integer_sequence<int, 8>{});
-}
-template <class F>
-inline void x8_chunks(const BlockQ2_Kx8& b, int g, F&& f) {
-  const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[g][0]));
-  const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[g][1]));
-  [&]<int... C>(std::integer_sequence<int, C...>) {
-    (f(std::integral_constant<int, C>{}, q2_levels<C>(C < 4 ? q0 : q1)), ...);
-  }(std::make_integer_sequence<int, 8>{});
-}
-
-// Q2_K's scale (low nibble) of sub-block j of 8 interleaved rows as int32 lanes; w: its words.
-inline __m256i q2_scale(const __m256i w[4], int j) {
-  return _mm256_and_si256(_mm256_srlv_epi32(w[j / 4], _mm256_set1_epi32(8 * (j % 4))),
-                          _mm256_set1_epi32(0x0f));
-}
-inline void q2_words(const BlockQ2_Kx8& b, __m256i w[4]) {
-  for (int k = 0; k < 4; ++k) w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[k]));
-}
-// Q2_K's mins (high nibbles) of sub-blocks 4k + 2e and 4k + 2e + 1 as the int16 pairs of the
-// int32 lanes (the operand of a madd with x's sums of those sub-blocks), from word w = w[k].
-template <int E>
-inline __m256i q2_min_pair(__m256i w) {
-  const __m256i mins = _mm256_and_si256(_mm256_srli_epi32(w, 4), _mm256_set1_epi8(0x0f));
-  constexpr char o = 2 * E, z = -128;  // bytes 2E, 2E + 1 of each lane, zero-extended
-  const __m256i pick = _mm256_setr_epi8(o, z, o + 1, z, o + 4, z, o + 5, z, o + 8, z, o + 9, z, o + 12, z,
-                                        o + 13, z, o, z, o + 1, z, o + 4, z, o + 5, z, o + 8, z, o + 9, z,
-                                        o + 12, z, o + 13, z);
-  return _mm256_shuffle_epi8(mins, pick);
-}
-
-// pack_panel for interleaved Q3_K and Q2_K (as pack_panel_x8): chunk c of group g goes to
-// panel group 8c + g; Q3_K's offsets folded as 4 sc (UQ3_K), Q2_K's mins as they are.
+// pack_panel for interleaved Q3_K and Q2_K (as pack_panel_x8, both groups at once): chunk c
+// of group g goes to panel group 8c + g; Q3_K's offsets folded as 4 sc (UQ3_K), Q2_K's mins
+// as they are.
 template <class B>
 void pack_panel_x8_q23(const WeightMatrix& w, int64_t n0, int nr, int64_t ns, PanelBlock* panel) {
-  constexpr bool kQ3 = std::is_same_v<B, BlockQ3_Kx8>;
   const auto* blocks = static_cast<const B*>(w.data);
+  const int64_t g0 = n0 / kInterleaveRows, g1 = (n0 + nr) / kInterleaveRows - 1;  // g1 = g0: 8 rows
   for (int64_t s = 0; s < ns; ++s) {
     PanelBlock& p = panel[s];
-    for (int h8 = 0; h8 < kPanelRows; h8 += kInterleaveRows) {
-      const int64_t grp = (n0 + std::min(h8, nr - kInterleaveRows)) / kInterleaveRows;
-      const B& b = blocks[grp * ns + s];
-      for (int g = 0; g < 8; ++g)
-        x8_chunks(b, g, [&](auto c, __m256i e) {
-          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.q[8 * c + g][h8][0]), e);
-        });
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
-      _mm256_store_ps(&p.d[h8], d);
-      if constexpr (kQ3) {
-        const Q3Scales sc = q3_scales(b);
-        for (int j = 0; j < 16; ++j)
-          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.sc[j][h8]), q3_scale(sc, j));
-        for (int j = 0; j < 8; ++j) {  // folded offsets 4 sc of sub-blocks 2j, 2j + 1
-          const __m256i lo = _mm256_slli_epi32(q3_scale(sc, 2 * j), 2);
-          const __m256i hi = _mm256_slli_epi32(q3_scale(sc, 2 * j + 1), 2);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.mn[j][h8][0]),
-                             _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xffff)),
-                                             _mm256_slli_epi32(hi, 16)));
-        }
-        _mm256_store_ps(&p.dmin[h8], d);
-      } else {
-        __m256i words[4];
-        q2_words(b, words);
-        for (int j = 0; j < 16; ++j)
-          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.sc[j][h8]), q2_scale(words, j));
-        for (int k = 0; k < 4; ++k) {
-          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.mn[2 * k][h8][0]), q2_min_pair<0>(words[k]));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(&p.mn[2 * k + 1][h8][0]), q2_min_pair<1>(words[k]));
-        }
-        _mm256_store_ps(&p.dmin[h8], _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin))));
+    const BlockPair<B, false> b{blocks[g0 * ns + s], blocks[g1 * ns + s]};
+    for (int g = 0; g < 8; ++g)
+      x16_chunks(b, g, [&](auto c, __m512i e) { _mm512_store_si512(p.q[8 * c + g], e); });
+    const __m512 d = b.d();
+    _mm512_store_ps(p.d, d);
+    if constexpr (std::is_same_v<B, BlockQ3_Kx8>) {
+      const Q3Scales sc = q3_scales(b);
+      for (int j = 0; j < 16; ++j) _mm512_store_si512(p.sc[j], q3_scale(sc, j));
+      for (int j = 0; j < 8; ++j) {  // folded offsets 4 sc of sub-blocks 2j, 2j + 1
+        const __m512i lo = _mm512_slli_epi32(q3_scale(sc, 2 * j), 2);
+        const __m512i hi = _mm512_slli_epi32(q3_scale(sc, 2 * j + 1), 2);
+        _mm512_store_si512(p.mn[j], _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xffff)),
+                                                    _mm512_slli_epi32(hi, 16)));
       }
+      _mm512_store_ps(p.dmin, d);
+    } else {
+      const Q2Words words = q2_words(b);
+      for (int j = 0; j < 16; ++j) _mm512_store_si512(p.sc[j], q2_scale(words, j));
+      for (int k = 0; k < 4; ++k) {
+        _mm512_store_si512(p.mn[2 * k], q2_min_pair<0>(words, k));
+        _mm512_store_si512(p.mn[2 * k + 1], q2_min_pair<1>(words, k));
+      }
+      _mm512_store_ps(p.dmin, b.f16x16(b.lo.dmin, b.hi.dmin));
     }
   }
 }
@@ -624,67 +533,6 @@ void x8_group_iq4xs(const BlockIQ4_XSx8* grp, const QuantizedRowsK& a, int64_t i
   _mm256_storeu_ps(y, acc);
 }
 
-// y[r] = x row i . weight row 8 group + r for interleaved Q3_K or Q2_K. Per 16-element
-// sub-block j (chunk c = j / 2, 4-byte groups 4 (j % 2)..+3 of it):
-//     Q3_K: S += sc_j (t_j - 4 bsum_j)          (the panel's folded offset, exact in int32)
-//     Q2_K: S += sc_j t_j,  M += mn_j bsum_j    (madd on the mins' int16 pairs)
-// then y += d dx S (- dmin dx M): the panel GEMM's integer sums and f32 steps.
-template <class B>
-void x8_group_q23(const B* grp, const QuantizedRowsK& a, int64_t i, float* y) {
-  constexpr bool kQ3 = std::is_same_v<B, BlockQ3_Kx8>;
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t s = 0; s < a.ns; ++s) {
-    const B& b = grp[s];
-    const int8_t* xs = a.q.data() + i * a.k + s * kQKBlock;
-    const int16_t* bsum = a.bsum.data() + (i * a.ns + s) * 16;
-    Q3Scales sc;        // Q3_K's scales
-    __m256i words[4];   // Q2_K's scale and min words
-    if constexpr (kQ3)
-      sc = q3_scales(b);
-    else
-      q2_words(b, words);
-    __m256i S = _mm256_setzero_si256();
-    for (int half = 0; half < 2; ++half) {  // groups 4 half..+3: sub-blocks 2c + half
-      __m256i t[8];
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) t[c] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int g = 4 * half; g < 4 * half + 4; ++g)
-        x8_chunks(b, g, [&](auto c, __m256i e) {
-          t[c] = _mm256_dpbusd_epi32(t[c], e, _mm256_set1_epi32(load_i32(xs + 32 * c + 4 * g)));
-        });
-      if constexpr (kQ3) {
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c) {
-          const int j = 2 * c + half;
-          const __m256i dot = _mm256_sub_epi32(t[c], _mm256_set1_epi32(4 * bsum[j]));
-          S = _mm256_add_epi32(S, _mm256_mullo_epi32(dot, q3_scale(sc, j)));
-        }
-      } else {
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c)
-          S = _mm256_add_epi32(S, _mm256_mullo_epi32(t[c], q2_scale(words, 2 * c + half)));
-      }
-    }
-    const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>(i * a.ns + s)]);
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(d, dx), acc);
-    if constexpr (!kQ3) {
-      __m256i M = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        M = _mm256_add_epi32(M, _mm256_madd_epi16(q2_min_pair<0>(words[k]),
-                                                  _mm256_set1_epi32(load_i32(bsum + 4 * k))));
-        M = _mm256_add_epi32(M, _mm256_madd_epi16(q2_min_pair<1>(words[k]),
-                                                  _mm256_set1_epi32(load_i32(bsum + 4 * k + 2))));
-      }
-      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
-      acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmin, dx), acc);
-    }
-  }
-  _mm256_storeu_ps(y, acc);
-}
-
 // GEMV (few rows of x) on interleaved Q2_K..Q6_K / IQ4_XS: threads take ranges of
 // 8-row groups.
 void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, float* y,
@@ -700,16 +548,8 @@ void x8_gemv(ThreadPool& pool, const QuantizedRowsK& a, const WeightMatrix& w, f
                       });
     return;
   }
-  auto run_q23 = [&]<class B>(const B* blocks) {
-    pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
-                      [&](int, int64_t g0, int64_t g1) {
-                        for (int64_t g = g0; g < g1; ++g)
-                          for (int64_t i = 0; i < a.m; ++i)
-                            x8_group_q23(blocks + g * a.ns, a, i, y + i * ldy + g * kInterleaveRows);
-                      });
-  };
-  if (w.dtype == DType::Q3_K) return run_q23(static_cast<const BlockQ3_Kx8*>(w.data));
-  if (w.dtype == DType::Q2_K) return run_q23(static_cast<const BlockQ2_Kx8*>(w.data));
+  if (w.dtype == DType::Q3_K || w.dtype == DType::Q2_K)
+    return EFIM_AVX512_ENTRY(x8_gemv_q23_avx512)(pool, a, w, y, ldy);
   if (w.dtype == DType::Q6_K) {
     const auto* blocks = static_cast<const BlockQ6_Kx8*>(w.data);
     pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
