@@ -438,6 +438,7 @@ void x8_group(const B* grp, const QuantizedRowsK& a, int64_t i, const int32_t* b
   __m256 acc = _mm256_setzero_ps();
   for (int64_t s = 0; s < a.ns; ++s) {
     const B& b = grp[s];
+    prefetch_ahead(&b, sizeof(b));
     const X8Scales x = x8_scales(b);
     const int8_t* xs = a.q.data() + i * a.k + s * kQKBlock;
     __m256i S = _mm256_setzero_si256();
@@ -506,6 +507,7 @@ void x8_group_iq4xs(const BlockIQ4_XSx8* grp, const QuantizedRowsK& a, int64_t i
   __m256 acc = _mm256_setzero_ps();
   for (int64_t s = 0; s < a.ns; ++s) {
     const BlockIQ4_XSx8& b = grp[s];
+    prefetch_ahead(&b, sizeof(b));
     const int8_t* xs = a.q.data() + i * a.k + s * kQKBlock;
     const int16_t* bsum = a.bsum.data() + (i * a.ns + s) * 16;
     const __m256i sl = iq4xs_scales_l(b), sh = iq4xs_scales_h(b);
