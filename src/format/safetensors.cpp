@@ -194,6 +194,10 @@ std::optional<TensorView> SafetensorsFile::find(const std::string& name) const {
   return tensors_[it->second];
 }
 
+size_t SafetensorsFile::discard(const void* p, size_t n) {
+  return file_.discard(static_cast<const uint8_t*>(p), n);  // bounds-checked there
+}
+
 namespace {
 
 // weight_map of an index file: tensor name -> shard file name (plain names in `dir` only).
@@ -273,6 +277,12 @@ std::optional<TensorView> SafetensorsFolder::find(const std::string& name) const
   auto it = where_.find(name);
   if (it == where_.end()) return std::nullopt;
   return shards_[it->second]->find(name);
+}
+
+size_t SafetensorsFolder::discard(const void* p, size_t n) {
+  for (const auto& shard : shards_)  // only the shard whose mapping holds the range releases
+    if (const size_t released = shard->discard(p, n)) return released;
+  return 0;
 }
 
 }  // namespace efim

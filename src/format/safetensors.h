@@ -25,6 +25,9 @@ class SafetensorsFile : public TensorSource {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   std::vector<std::string> tensor_names() const override;
   std::optional<TensorView> find(const std::string& name) const override;
+  // Gives back the whole 2 MB pages of [p, p + n) where the file is a private huge-page copy
+  // (MappedFile::discard); 0 for a shared mapping, parsed bytes, or a range outside the file.
+  size_t discard(const void* p, size_t n) override;
 
  private:
   MappedFile file_;
@@ -41,6 +44,8 @@ class SafetensorsFolder : public TensorSource {
                                                  MapMode mode = MapMode::kShared);
   std::vector<std::string> tensor_names() const override;
   std::optional<TensorView> find(const std::string& name) const override;
+  // The shard holding [p, p + n) gives its whole pages back (SafetensorsFile::discard).
+  size_t discard(const void* p, size_t n) override;
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;

@@ -107,6 +107,36 @@ TEST(Safetensors, RoundTripShardedFolder) {
   expect_matches(*SafetensorsFolder::open(one.path().string()), ts);
 }
 
+// A folder opened as a private huge-page copy (how models load) gives a fused part's whole 2 MB
+// pages back through the shard that holds it; a shared mapping and ranges outside every shard
+// give nothing back, and the other tensors keep their bytes.
+TEST(Safetensors, DiscardGivesBackWholePagesOfTheShardCopy) {
+  TempDir dir;
+  const size_t mb2 = size_t{2} << 20;
+  std::vector<SafetensorsTensor> ts = {{"a", DType::F32, {3, static_cast<int64_t>(mb2 / 4)}, ""},
+                                       {"b", DType::F32, {3, static_cast<int64_t>(mb2 / 4)}, ""}};
+  for (uint32_t i = 0; i < ts.size(); ++i) ts[i].bytes = random_bytes(3 * mb2, 40 + i);
+  write_safetensors_folder(dir.path().string(), ts, 4 * mb2);  // one tensor per shard
+  ASSERT_TRUE(fs::exists(dir.path() / "model.safetensors.index.json"));
+  auto shared = SafetensorsFolder::open(dir.path().string());
+  auto copy = SafetensorsFolder::open(dir.path().string(), MapMode::kPrivateHugePages);
+  const TensorView a = *copy->find("a"), b = *copy->find("b");
+  EXPECT_EQ(shared->discard(shared->find("b")->data, 3 * mb2), 0u);
+  const std::string outside(16, 'x');
+  EXPECT_EQ(copy->discard(outside.data(), outside.size()), 0u);
+  // 6 MB inside one shard's copy: at least one whole 2 MB page, at most all three.
+  const size_t released = copy->discard(b.data, b.nbytes);
+  EXPECT_GE(released, mb2);
+  EXPECT_LE(released, b.nbytes);
+  EXPECT_EQ(released % mb2, 0u);
+  const auto* bd = static_cast<const uint8_t*>(b.data);
+  size_t zeros = 0;
+  for (size_t i = 0; i < b.nbytes; i += 4096) zeros += bd[i] == 0 && bd[i + 1] == 0 && bd[i + 2] == 0;
+  EXPECT_GE(zeros * 4096, released);  // the released pages read as zeros
+  EXPECT_EQ(std::memcmp(a.data, ts[0].bytes.data(), a.nbytes), 0);  // the other shard keeps its bytes
+  EXPECT_EQ(std::memcmp(shared->find("b")->data, ts[1].bytes.data(), b.nbytes), 0);
+}
+
 TEST(Safetensors, RealShardedCheckpoint) {
   const std::string dir = std::string(EFIM_SOURCE_DIR) + "/../shared/models/efim-base-py";
   if (!fs::exists(dir)) GTEST_SKIP() << dir << " is absent (optional shared model)";
