@@ -1,6 +1,6 @@
 // AVX-512 register helpers shared by the AVX-512 kernels: horizontal sum, 16 x 16 transpose,
-// the pairing of two 256-bit halves, tiles of rows of x, and the entry-point names of the native and emulated
-// builds. Include it only after `#pragma GCC target("avx512f,avx512bw,...")` or after
+// the pairing of two 256-bit halves, tiles of rows of x, software prefetch, and the entry-point
+// names of the native and emulated builds. Include it only after `#pragma GCC target("avx512f,avx512bw,...")` or after
 // avx512_emulation.h (see CMakeLists.txt), never into generic code.
 #pragma once
 

@@ -42,19 +42,19 @@ namespace {
 struct XPairs {
   int64_t np = 0;              // pairs per row of x: ns / 2 rounded up
   std::vector<uint64_t> q;     // [m][np][64]: quants 4G..4G+3 (G = element / 4)
-  std::vector<uint64_t> off;   // [m][np][16]: Q3_K's folded offsets 4 bsum_j
+  std::vector<uint64_t> off;   // [m][np][16]: Q3_K's folded offsets 4 bsum_j (Q3_K only)
   std::vector<uint64_t> bsum;  // [m][np][8]: Q2_K's sums of 16-element sub-blocks 2p, 2p + 1
-                               //   as int16 pairs
+                               //   as int16 pairs (Q2_K only)
   std::vector<uint64_t> dx;    // [m][np]: the scales of x as f32
 };
 inline uint64_t zip32(uint32_t even, uint32_t odd) { return even | static_cast<uint64_t>(odd) << 32; }
 
-void make_x_pairs(const QuantizedRowsK& a, XPairs& xp) {
+void make_x_pairs(const QuantizedRowsK& a, bool q3, XPairs& xp) {
   xp.np = (a.ns + 1) / 2;
   const auto n = static_cast<size_t>(a.m * xp.np);
   xp.q.resize(n * 64);
-  xp.off.resize(n * 16);
-  xp.bsum.resize(n * 8);
+  xp.off.resize(q3 ? n * 16 : 0);
+  xp.bsum.resize(q3 ? 0 : n * 8);
   xp.dx.resize(n);
   for (int64_t i = 0; i < a.m; ++i)
     for (int64_t P = 0; P < xp.np; ++P) {
@@ -66,11 +66,11 @@ void make_x_pairs(const QuantizedRowsK& a, XPairs& xp) {
         xp.q[at * 64 + G] = zip32(word(s0, quants), word(s1, quants));
       }
       const int16_t* bs = a.bsum.data() + i * a.ns * 16;
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; q3 && j < 16; ++j) {
         auto off = [&](int64_t s) { return static_cast<uint32_t>(4 * bs[s * 16 + j]); };
         xp.off[at * 16 + j] = zip32(word(s0, off), word(s1, off));
       }
-      for (int p = 0; p < 8; ++p) {
+      for (int p = 0; !q3 && p < 8; ++p) {
         auto pair = [&](int64_t s) { return static_cast<uint32_t>(load_i32(bs + s * 16 + 2 * p)); };
         xp.bsum[at * 8 + p] = zip32(word(s0, pair), word(s1, pair));
       }
@@ -164,7 +164,7 @@ void EFIM_AVX512_ENTRY(x8_gemv_q23_avx512)(ThreadPool& pool, const QuantizedRows
   const int64_t groups = w.rows / kInterleaveRows;
   static thread_local XPairs xp_buf;
   XPairs& xp = xp_buf;  // the caller's, read by every worker
-  make_x_pairs(a, xp);
+  make_x_pairs(a, w.dtype == DType::Q3_K, xp);
   auto run = [&]<class B>(const B* blocks) {
     pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
                       [&](int, int64_t g0, int64_t g1) {

@@ -65,11 +65,14 @@ inline Q3Scales q3_scales(const BlockPair<BlockQ3_Kx8, Z>& b) {
            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w0, 4), m4), top(4)),
            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w1, 4), m4), top(6))}};
 }
+// Scale byte j of 16 sub-blocks held 4 per int32 lane in words[j / 4], as int32 lanes.
+inline __m512i sub_block_byte(const __m512i words[4], int j) {
+  return _mm512_and_si512(_mm512_srlv_epi32(words[j / 4], _mm512_set1_epi32(8 * (j % 4))),
+                          _mm512_set1_epi32(0xff));
+}
 // sc_j - 32 of sub-block j as int32 lanes.
 inline __m512i q3_scale(const Q3Scales& s, int j) {
-  const __m512i byte = _mm512_and_si512(_mm512_srlv_epi32(s.v[j / 4], _mm512_set1_epi32(8 * (j % 4))),
-                                        _mm512_set1_epi32(0xff));
-  return _mm512_sub_epi32(byte, _mm512_set1_epi32(32));
+  return _mm512_sub_epi32(sub_block_byte(s.v, j), _mm512_set1_epi32(32));
 }
 
 // Q2_K's 4 scale words (scale low nibble, min high nibble of sub-blocks 4k..4k+3 in word k).
@@ -82,8 +85,7 @@ inline Q2Words q2_words(const BlockPair<BlockQ2_Kx8, Z>& b) {
 }
 // The scale of sub-block j as int32 lanes.
 inline __m512i q2_scale(const Q2Words& s, int j) {
-  return _mm512_and_si512(_mm512_srlv_epi32(s.w[j / 4], _mm512_set1_epi32(8 * (j % 4))),
-                          _mm512_set1_epi32(0x0f));
+  return _mm512_and_si512(sub_block_byte(s.w, j), _mm512_set1_epi32(0x0f));
 }
 // The mins of sub-blocks 4k + 2e and 4k + 2e + 1 as the int16 pairs of the int32 lanes (the
 // operand of a madd with x's sums of those two sub-blocks).
