@@ -137,8 +137,20 @@ void init_compute_backends(bool verbose) {
     // The prebuilt ggml is built with GGML_BACKEND_DL: backends are separate .so files, and
     // ggml picks the CPU variant (haswell, zen4, ...) with the best score for this machine.
     // The default search path is the executable's folder, which is not the bins folder.
+    // LLAMA_REF_CPU_VARIANT=haswell (alderlake, zen4, ...) loads that variant alone, e.g. to
+    // compare with efim's AVX2 kernels (EFIM_KERNEL=avx2) on a machine that has AVX-512.
     const std::string dir = bins_dir();
-    ggml_backend_load_all_from_path(dir.c_str());
+    const char * variant = std::getenv("LLAMA_REF_CPU_VARIANT");
+    if (variant && *variant) {
+        const std::string so = dir + "/libggml-cpu-" + variant + ".so";
+        if (!std::ifstream(so).good()) fail("LLAMA_REF_CPU_VARIANT=", variant, ": no file '", so, "'");
+        if (ggml_backend_load(so.c_str()) == nullptr) {
+            fail("LLAMA_REF_CPU_VARIANT=", variant, ": '", so,
+                 "' did not load (does this CPU have the instructions it was built for?)");
+        }
+    } else {
+        ggml_backend_load_all_from_path(dir.c_str());
+    }
     if (ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU) == nullptr) {
         fail("no CPU backend could be loaded from '", dir, "' (expected libggml-cpu-*.so there)");
     }

@@ -16,6 +16,7 @@
 #include "app/commands.h"
 #include "app/loaded.h"
 #include "engine/engine.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/peak.h"
 #include "base/error.h"
 #include "format/gguf.h"
@@ -32,12 +33,14 @@ struct BenchArgs {
   int depth = 0;                 // tokens in the K/V cache before the decode test (llama-bench -d)
   std::string kv_type = "f16";   // both engines' K/V cache element type
   bool no_peer = false;
+  std::string peer_cpu;  // the peer's CPU backend variant (haswell, alderlake, ...), "" = its best
   bool mmap = false;  // weights mapped from the page cache instead of copied into huge pages
   std::vector<int> users;  // batched decode: these numbers of sequences decoding together
 };
 
 struct Speed {
   double prefill_tps = 0, decode_tps = 0;
+  std::string cpu_backend;  // the peer's: the libggml-cpu-*.so it ran on
 };
 
 double median(std::vector<double> v) {
@@ -74,7 +77,8 @@ Speed run_efim_once(Model& model, const BenchArgs& a, std::mt19937& rng) {
 }
 
 Speed run_peer_once(const BenchArgs& a, const std::string& model) {
-  std::string cmd = a.peer + " bench '" + model + "' --prompt-len " + std::to_string(a.prompt_len) +
+  const std::string env = a.peer_cpu.empty() ? "" : "LLAMA_REF_CPU_VARIANT=" + a.peer_cpu + " ";
+  std::string cmd = env + a.peer + " bench '" + model + "' --prompt-len " + std::to_string(a.prompt_len) +
                     " --gen " + std::to_string(a.gen) + " --depth " + std::to_string(a.depth) +
                     " --kv-type " + a.kv_type + " --threads " + std::to_string(a.threads) +
                     " --reps 1 2>/dev/null";
@@ -86,7 +90,8 @@ Speed run_peer_once(const BenchArgs& a, const std::string& model) {
   int rc = ::pclose(p);
   EFIM_CHECK(rc == 0, "peer failed (exit ", rc, "): ", cmd);
   auto j = nlohmann::json::parse(out);
-  return Speed{j.at("prefill_tps").get<double>(), j.at("decode_tps").get<double>()};
+  return Speed{j.at("prefill_tps").get<double>(), j.at("decode_tps").get<double>(),
+               j.value("cpu_backend", std::string())};
 }
 
 // Bytes a decode step streams: every weight except the embedding table (one row is read),
@@ -191,6 +196,10 @@ void run_bench(const BenchArgs& a) {
   for (int u : a.users) EFIM_CHECK(u >= 1 && u <= 256, "--users takes 1..256, got ", u);
   (void)parse_kv_type(a.kv_type);  // a bad name fails before any model loads
   bool peer = !a.no_peer;
+  // The variant goes into a shell command line: a plain name only.
+  EFIM_CHECK(a.peer_cpu.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") ==
+                 std::string::npos,
+             "--peer-cpu takes a variant name such as haswell or alderlake, got '", a.peer_cpu, "'");
   if (peer)
     EFIM_CHECK(std::filesystem::exists(a.peer), "peer harness '", a.peer, "' not found: run "
                "scripts/build_llama_ref.sh (make deps), or pass --no-peer");
@@ -219,6 +228,7 @@ void run_bench(const BenchArgs& a) {
     std::mt19937 rng(0);
     run_efim_once(*model, a, rng);  // warm-up (page in the weights)
     std::vector<double> pp, tg, peer_pp, peer_tg;
+    std::string peer_backend;
     for (int r = 0; r < a.reps; ++r) {  // interleaved so both see the same machine noise
       Speed s = run_efim_once(*model, a, rng);
       pp.push_back(s.prefill_tps);
@@ -227,6 +237,7 @@ void run_bench(const BenchArgs& a) {
         Speed p = run_peer_once(a, path);
         peer_pp.push_back(p.prefill_tps);
         peer_tg.push_back(p.decode_tps);
+        peer_backend = std::filesystem::path(p.cpu_backend).filename().string();
       }
     }
     std::string name = std::filesystem::path(path).filename().string();
@@ -253,9 +264,18 @@ void run_bench(const BenchArgs& a) {
                       {"decode_share_of_bandwidth", tg_share}, {"fma_peak_gflops", peak_gflops},
                       {"bandwidth_gbs", bandwidth_gbs}, {"threads", a.threads}, {"huge_pages", !a.mmap},
                       {"prompt_len", a.prompt_len}, {"gen", a.gen}, {"reps", a.reps},
-                      {"depth", a.depth}, {"kv_type", a.kv_type}, {"decode_kv_bytes", kv_bytes}});
+                      {"depth", a.depth}, {"kv_type", a.kv_type}, {"decode_kv_bytes", kv_bytes},
+                      {"efim_kernel", std::string(cpu::kernel_name(cpu::active_kernel()))},
+                      {"peer_cpu_backend", peer_backend}});
     if (!a.users.empty()) batched_rows(*model, a, name, cost, bandwidth_gbs, report);
   }
+  std::string backends;
+  for (const auto& r : report)
+    if (r.contains("peer_cpu_backend") && !r["peer_cpu_backend"].get<std::string>().empty())
+      backends = r["peer_cpu_backend"].get<std::string>();
+  std::printf("\nefim kernels: %s", std::string(cpu::kernel_name(cpu::active_kernel())).c_str());
+  if (peer) std::printf("; llama.cpp CPU backend: %s", backends.empty() ? "?" : backends.c_str());
+  std::printf("\n");
   if (!a.json_out.empty()) std::ofstream(a.json_out) << report.dump(1) << "\n";
 }
 
@@ -267,6 +287,9 @@ void register_bench_model(CLI::App& app) {
   cmd->add_option("models", a->models, "GGUF files")->required();
   cmd->add_option("--peer", a->peer, "llama_ref harness")->capture_default_str();
   cmd->add_flag("--no-peer", a->no_peer, "Measure efim only");
+  cmd->add_option("--peer-cpu", a->peer_cpu,
+                  "llama.cpp's CPU backend variant (haswell, alderlake, zen4, ...; default: the "
+                  "best for this CPU); with EFIM_KERNEL=avx2, both engines on AVX2");
   cmd->add_flag("--mmap", a->mmap,
                 "Map efim's weights from the page cache (as llama.cpp does) instead of copying "
                 "them into transparent huge pages");
