@@ -172,25 +172,60 @@ std::unique_ptr<Model> Model::from_source(const ModelConfig& config,
   return m;
 }
 
-void Model::FreeBytes::operator()(uint8_t* p) const { std::free(p); }
-
 void Model::fuse_projections() {
   // Rows of the parts, one after the other: y = x . [W0; W1; ...]^T holds each part's outputs
   // side by side. Parts share their width (bind_weights checked the shapes); each run of equal
   // dtypes becomes one matrix. A part copied into a fused matrix is not read again: its bytes
   // go back to the system where the source holds a private copy, whole 2 MB pages of them
   // (RSS of a 986 MB Q4_K_M of Qwen2.5-Coder-1.5B's shape: 1.47 -> 1.16 GB), and its data
-  // pointer is cleared.
+  // pointer is cleared. Pass 1 plans the runs and sizes the arena, pass 2 copies.
+  auto runs_of = [&](std::initializer_list<cpu::WeightMatrix*> parts) {
+    std::vector<std::vector<cpu::WeightMatrix*>> runs;
+    for (cpu::WeightMatrix* p : parts) {
+      EFIM_CHECK(p->cols == (*parts.begin())->cols, "model: cannot fuse [", p->rows, ", ", p->cols,
+                 "] with [.., ", (*parts.begin())->cols, "]");
+      if (runs.empty() || runs.back().back()->dtype != p->dtype) runs.emplace_back();
+      runs.back().push_back(p);
+    }
+    return runs;
+  };
+  auto run_bytes = [](const std::vector<cpu::WeightMatrix*>& run) {
+    size_t bytes = 0;
+    for (const cpu::WeightMatrix* p : run)
+      bytes += static_cast<size_t>(p->rows) *
+               dtype_row_bytes(p->dtype, static_cast<uint64_t>(p->cols));
+    return (bytes + 63) / 64 * 64;
+  };
+  struct LayerRuns {
+    std::vector<std::vector<cpu::WeightMatrix*>> qkv, gate_up;
+  };
+  std::vector<LayerRuns> plan;
+  size_t total = 0;
+  for (LayerWeights& w : weights_.layers) {
+    LayerRuns r;
+    r.qkv = runs_of({&w.wq, &w.wk, &w.wv});
+    if (config_.moe()) {
+      // experts: their gate and up stay in the file (no copy of most of the model)
+    } else if (config_.mlp == MlpKind::Gelu) {
+      r.gate_up = runs_of({&w.w_up});
+    } else {
+      r.gate_up = runs_of({&w.w_gate, &w.w_up});
+    }
+    for (const auto* runs : {&r.qkv, &r.gate_up})
+      for (const auto& run : *runs)
+        if (run.size() > 1) total += run_bytes(run);
+    plan.push_back(std::move(r));
+  }
+  fused_arena_ = HugePageBuffer(total);
+  size_t used = 0;
   auto fuse_run = [&](const std::vector<cpu::WeightMatrix*>& run) {
     if (run.size() == 1) return *run.front();
     cpu::WeightMatrix f = *run.front();
     f.rows = 0;
     for (const cpu::WeightMatrix* p : run) f.rows += p->rows;
     const size_t row_bytes = dtype_row_bytes(f.dtype, static_cast<uint64_t>(f.cols));
-    const size_t bytes = (static_cast<size_t>(f.rows) * row_bytes + 63) / 64 * 64;
-    auto* data = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64)));
-    EFIM_CHECK(data != nullptr, "model: out of memory fusing ", bytes, " bytes of weights");
-    fused_bytes_.emplace_back(data);
+    uint8_t* data = fused_arena_.data() + used;
+    used += run_bytes(run);
     size_t at = 0;
     for (cpu::WeightMatrix* p : run) {
       const size_t part = static_cast<size_t>(p->rows) * row_bytes;
@@ -202,32 +237,12 @@ void Model::fuse_projections() {
     f.data = data;
     return f;
   };
-  auto fuse = [&](std::initializer_list<cpu::WeightMatrix*> parts) {
-    std::vector<cpu::WeightMatrix> out;
-    std::vector<cpu::WeightMatrix*> run;
-    for (cpu::WeightMatrix* p : parts) {
-      EFIM_CHECK(p->cols == (*parts.begin())->cols, "model: cannot fuse [", p->rows, ", ", p->cols,
-                 "] with [.., ", (*parts.begin())->cols, "]");
-      if (!run.empty() && run.back()->dtype != p->dtype) {
-        out.push_back(fuse_run(run));
-        run.clear();
-      }
-      run.push_back(p);
-    }
-    out.push_back(fuse_run(run));
-    return out;
-  };
   fused_.clear();
-  for (LayerWeights& w : weights_.layers) {
+  for (size_t l = 0; l < plan.size(); ++l) {
     FusedLayer f;
-    f.qkv = fuse({&w.wq, &w.wk, &w.wv});
-    if (config_.moe()) {
-      // experts: their gate and up stay in the file (no copy of most of the model)
-    } else if (config_.mlp == MlpKind::Gelu) {
-      f.gate_up = fuse({&w.w_up});
-    } else {
-      f.gate_up = fuse({&w.w_gate, &w.w_up});
-    }
+    for (const auto& run : plan[l].qkv) f.qkv.push_back(fuse_run(run));
+    for (const auto& run : plan[l].gate_up) f.gate_up.push_back(fuse_run(run));
+    const LayerWeights& w = weights_.layers[l];
     if (config_.qkv_bias) {
       f.bqkv = w.bq;
       f.bqkv.insert(f.bqkv.end(), w.bk.begin(), w.bk.end());
@@ -235,16 +250,15 @@ void Model::fuse_projections() {
     }
     fused_.push_back(std::move(f));
   }
+  EFIM_CHECK(used == total, "model: fused ", used, " bytes of weights, planned ", total);
 }
 
 void Model::interleave_weights() {
   auto rewrite = [&](cpu::WeightMatrix& w) {
     if (!cpu::can_interleave(w)) return;
     const size_t bytes = static_cast<size_t>(w.rows) * dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.cols));
-    uint8_t* at = nullptr;
-    for (const auto& f : fused_bytes_)
-      if (f.get() == w.data) at = f.get();
-    if (at == nullptr) at = source_->writable(w.data, bytes);
+    uint8_t* at = is_fused(w.data) ? const_cast<uint8_t*>(static_cast<const uint8_t*>(w.data))
+                                   : source_->writable(w.data, bytes);
     if (at == nullptr) return;  // a shared mapping of the file: left as it is
     w = cpu::interleave_rows8(w, at, pool_);  // in place
   };

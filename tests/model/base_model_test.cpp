@@ -3,8 +3,12 @@
 // The model files are optional on a machine: their absence is the only allowed skip.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "model/convert.h"
@@ -142,6 +146,23 @@ TEST_F(BaseModel, DecodeAfterPrefillMatches) {
 // logits equal those of the same file mapped shared (where nothing is given back; wo and
 // w_down stay in the file's layout there, hence a rounding tolerance, far below what a page of
 // zeros in a weight would do).
+// The kernel's THPeligible flag (0 or 1) of the mapping holding p, from /proc/self/smaps; -1
+// when no mapping holds it.
+int thp_eligible(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = addr >= lo && addr < hi;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::atoi(line.c_str() + 12);
+    }
+  }
+  return -1;
+}
+
 TEST(FusedWeights, PartsGoBackAndNothingReadsThem) {
   const std::string path = std::string(EFIM_SOURCE_DIR) + "/models/efim-tiny-q8_0.gguf";
   LoadOptions copy, shared;
@@ -162,6 +183,18 @@ TEST(FusedWeights, PartsGoBackAndNothingReadsThem) {
   EXPECT_GE(a->discarded_bytes() + n_parts * (size_t{4} << 20), parts);
   EXPECT_LE(a->discarded_bytes(), parts);
   EXPECT_EQ(b->discarded_bytes(), 0u);
+  // The copies: one region from a 2 MB boundary, each fused run 64-byte rounded, huge-page
+  // eligible (the kernel's THPeligible for the mapping) unless THP is off on this machine.
+  ASSERT_NE(a->fused_data(), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a->fused_data()) % (uintptr_t{2} << 20), 0u);
+  EXPECT_GE(a->fused_bytes(), parts);
+  EXPECT_LE(a->fused_bytes(), parts + 64 * n_parts);
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode((std::istreambuf_iterator<char>(thp)), std::istreambuf_iterator<char>());
+  if (!mode.empty() && mode.find("[never]") == std::string::npos) {
+    EXPECT_EQ(thp_eligible(a->fused_data()), 1)
+        << "the fused weights are not in memory advised for huge pages";
+  }
   std::vector<int32_t> tokens;
   for (int i = 0; i < 200; ++i) tokens.push_back((i * 7919 + 13) % static_cast<int>(a->config().vocab));
   ContiguousSession sa(*a, 200), sb(*b, 200);
