@@ -213,6 +213,8 @@ void run_bench(const BenchArgs& a) {
   std::printf("| model | dtype | test | efim tok/s | llama.cpp tok/s | ratio | efim share of peak |\n"
               "|---|---|---|---|---|---|---|\n");
   nlohmann::json report = nlohmann::json::array();
+  const std::string kernels(cpu::kernel_name(cpu::active_kernel()));
+  std::string peer_backend;  // the libggml-cpu-*.so the peer ran on, as it reported
   for (const auto& path : a.models) {
     EFIM_CHECK(is_gguf_path(path), "bench-model needs .gguf files (the peer reads GGUF), got '",
                path, "'");
@@ -228,7 +230,6 @@ void run_bench(const BenchArgs& a) {
     std::mt19937 rng(0);
     run_efim_once(*model, a, rng);  // warm-up (page in the weights)
     std::vector<double> pp, tg, peer_pp, peer_tg;
-    std::string peer_backend;
     for (int r = 0; r < a.reps; ++r) {  // interleaved so both see the same machine noise
       Speed s = run_efim_once(*model, a, rng);
       pp.push_back(s.prefill_tps);
@@ -265,16 +266,11 @@ void run_bench(const BenchArgs& a) {
                       {"bandwidth_gbs", bandwidth_gbs}, {"threads", a.threads}, {"huge_pages", !a.mmap},
                       {"prompt_len", a.prompt_len}, {"gen", a.gen}, {"reps", a.reps},
                       {"depth", a.depth}, {"kv_type", a.kv_type}, {"decode_kv_bytes", kv_bytes},
-                      {"efim_kernel", std::string(cpu::kernel_name(cpu::active_kernel()))},
-                      {"peer_cpu_backend", peer_backend}});
+                      {"efim_kernel", kernels}, {"peer_cpu_backend", peer_backend}});
     if (!a.users.empty()) batched_rows(*model, a, name, cost, bandwidth_gbs, report);
   }
-  std::string backends;
-  for (const auto& r : report)
-    if (r.contains("peer_cpu_backend") && !r["peer_cpu_backend"].get<std::string>().empty())
-      backends = r["peer_cpu_backend"].get<std::string>();
-  std::printf("\nefim kernels: %s", std::string(cpu::kernel_name(cpu::active_kernel())).c_str());
-  if (peer) std::printf("; llama.cpp CPU backend: %s", backends.empty() ? "?" : backends.c_str());
+  std::printf("\nefim kernels: %s", kernels.c_str());
+  if (peer) std::printf("; llama.cpp CPU backend: %s", peer_backend.empty() ? "?" : peer_backend.c_str());
   std::printf("\n");
   if (!a.json_out.empty()) std::ofstream(a.json_out) << report.dump(1) << "\n";
 }

@@ -141,11 +141,6 @@ TEST_F(BaseModel, DecodeAfterPrefillMatches) {
   EXPECT_LE(max_abs_diff(last, std::vector<float>(f.end() - 16384, f.end())), 1e-4f);
 }
 
-// Fusing Q|K|V and gate|up copies their rows: the parts' whole huge pages in the private copy
-// of the file go back to the system, and nothing still reads the parts: the
-// logits equal those of the same file mapped shared (where nothing is given back; wo and
-// w_down stay in the file's layout there, hence a rounding tolerance, far below what a page of
-// zeros in a weight would do).
 // The kernel's THPeligible flag (0 or 1) of the mapping holding p, from /proc/self/smaps; -1
 // when no mapping holds it.
 int thp_eligible(const void* p) {
@@ -163,6 +158,11 @@ int thp_eligible(const void* p) {
   return -1;
 }
 
+// Fusing Q|K|V and gate|up copies their rows: the parts' whole huge pages in the private copy
+// of the file go back to the system, and nothing still reads the parts: the
+// logits equal those of the same file mapped shared (where nothing is given back; wo and
+// w_down stay in the file's layout there, hence a rounding tolerance, far below what a page of
+// zeros in a weight would do).
 TEST(FusedWeights, PartsGoBackAndNothingReadsThem) {
   const std::string path = std::string(EFIM_SOURCE_DIR) + "/models/efim-tiny-q8_0.gguf";
   LoadOptions copy, shared;
