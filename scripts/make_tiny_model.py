@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes tiny random Llama-family checkpoints in Hugging Face layout, for parity tests.
 
-Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3,qwen3_moe,qwen3_moe256,starcoder2,gemma} [--dtype {f32,bf16}]
+Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3,qwen3_moe,qwen3_moe_dense,qwen3_moe256,starcoder2,gemma} [--dtype {f32,bf16}]
        [--seed N]
        [--shards N]
 
@@ -15,6 +15,8 @@ Usage: make_tiny_model.py OUT_DIR --kind {llama,llama256,qwen2,qwen3,qwen3_moe,q
   qwen3_moe: qwen3's attention; every MLP a mixture of 8 SwiGLU experts of width 32, 2 used per
          token (router softmax, top-2 renormalised: norm_topk_prob), one tensor per expert as
          the Qwen3-MoE checkpoints store them, untied head.
+  qwen3_moe_dense: qwen3_moe with 4 layers, of which 0 and 2 run a dense SwiGLU MLP of width 96
+         (mlp_only_layers [0, 2]).
   qwen3_moe256: the same with every width a multiple of 256 (hidden 256, head dim 64, experts of
          width 256), for llama.cpp's K-quant and IQ4_XS types on the stacked expert tensors.
   starcoder2: LayerNorm with bias, tanh-GELU MLP c_fc / c_proj, biases on every linear layer,
@@ -100,6 +102,9 @@ KINDS["qwen3_moe"] = dict(KINDS["qwen3"], architectures=["Qwen3MoeForCausalLM"],
                           model_type="qwen3_moe", tie_word_embeddings=False,
                           moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
                           norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
+# Dense MLPs among the expert layers (Qwen3MoeConfig's mlp_only_layers): layers 0 and 2 run a
+# SwiGLU MLP of intermediate_size, layers 1 and 3 the experts. llama.cpp's qwen3moe loads none.
+KINDS["qwen3_moe_dense"] = dict(KINDS["qwen3_moe"], num_hidden_layers=4, mlp_only_layers=[0, 2])
 # The same model saved as transformers 5 may save it: each layer's experts fused into
 # mlp.experts.gate_up_proj [n_experts, 2 * moe_intermediate, hidden] (gate rows, then up rows)
 # and mlp.experts.down_proj [n_experts, hidden, moe_intermediate] (same weights, same seed).
@@ -114,6 +119,13 @@ def f32_to_bf16_bits(a):
     u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
     rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
     return rounded.astype(np.uint16)
+
+
+def moe_layer(cfg, i):
+    """modeling_qwen3_moe: layer i runs the experts unless listed in mlp_only_layers or skipped by
+    decoder_sparse_step."""
+    return (i not in cfg.get("mlp_only_layers", [])
+            and (i + 1) % cfg.get("decoder_sparse_step", 1) == 0)
 
 
 def make_tensors(cfg, rng):
@@ -151,7 +163,7 @@ def make_tensors(cfg, rng):
             t[p + "self_attn.k_proj.bias"] = 0.5 * rng.standard_normal(nkv * hd)
             t[p + "self_attn.v_proj.bias"] = 0.5 * rng.standard_normal(nkv * hd)
         t[p + "post_attention_layernorm.weight"] = norm(h)
-        if cfg["model_type"] == "qwen3_moe":
+        if cfg["model_type"] == "qwen3_moe" and moe_layer(cfg, i):
             ff = cfg["moe_intermediate_size"]
             t[p + "mlp.gate.weight"] = 2.0 * mat(cfg["num_experts"], h)  # distinct router scores
             for e in range(cfg["num_experts"]):
@@ -224,6 +236,8 @@ def fuse_experts(cfg, tensors):
     """Per-expert gate/up/down_proj tensors -> transformers 5's fused gate_up_proj / down_proj."""
     out = {}
     for layer in range(cfg["num_hidden_layers"]):
+        if not moe_layer(cfg, layer):
+            continue
         p = f"model.layers.{layer}.mlp.experts."
         n = cfg["num_experts"]
         out[p + "gate_up_proj"] = np.stack([

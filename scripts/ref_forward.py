@@ -203,7 +203,8 @@ def forward(cfg, w, tokens, dt):
         attn = (probs @ v).transpose(1, 0, 2).reshape(n, nh * hd)
         x = x + linear(attn, p + "self_attn.o_proj", o_bias)
         xn = norm(x, p + "post_attention_layernorm")
-        if moe:
+        if moe and layer not in cfg.get("mlp_only_layers", []) and \
+                (layer + 1) % cfg.get("decoder_sparse_step", 1) == 0:  # else a dense MLP
             x = x + moe_mlp(cfg, W, p, xn)
         elif starcoder2:
             x = x + linear(gelu_tanh(linear(xn, p + "mlp.c_fc", bias)), p + "mlp.c_proj", bias)

@@ -102,6 +102,14 @@ void ModelConfig::validate() const {
     positive("expert_intermediate", expert_intermediate);
     EFIM_CHECK(n_experts_used <= n_experts, "model config: ", n_experts_used,
                " experts used per token but only ", n_experts, " experts");
+    for (size_t i = 0; i < dense_layers.size(); ++i)
+      EFIM_CHECK(dense_layers[i] >= 0 && dense_layers[i] < n_layers &&
+                     (i == 0 || dense_layers[i - 1] < dense_layers[i]),
+                 "model config: dense MLP layer ", dense_layers[i], " (entry ", i,
+                 ") is not in [0, ", n_layers, ") or out of ascending order");
+  } else {
+    EFIM_CHECK(dense_layers.empty(), "model config: ", dense_layers.size(),
+               " dense MLP layers listed but no experts");
   }
   EFIM_CHECK(bos_token < vocab, "model config: bos token ", bos_token, " >= vocab ", vocab);
   for (int64_t e : eos_tokens)
@@ -154,6 +162,8 @@ std::string ModelConfig::summary() const {
              moe() ? str(", ", n_experts_used, " of ", n_experts, " experts of width ",
                          expert_intermediate, expert_weights_norm ? " (renormalised)" : "")
                    : std::string(),
+             dense_layers.empty() ? std::string()
+                                  : str(", dense MLP in ", dense_layers.size(), " layers"),
              fragment_tokenization ? ", fragment-tokenized training" : "");
 }
 
@@ -301,11 +311,25 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& labe
     c.n_experts_used = r.integer("num_experts_per_tok");
     c.expert_intermediate = r.integer("moe_intermediate_size");
     c.expert_weights_norm = r.boolean_or("norm_topk_prob", false);
+    // modeling_qwen3_moe: layer l is sparse iff l is not in mlp_only_layers and
+    // (l + 1) % decoder_sparse_step == 0; the others run a dense MLP of intermediate_size.
     const int64_t step = r.integer_or("decoder_sparse_step", 1);
-    const nlohmann::json* dense = r.get("mlp_only_layers");
-    EFIM_CHECK(step == 1 && (!dense || (dense->is_array() && dense->empty())), label,
-               ": dense layers among the expert layers (decoder_sparse_step ", step,
-               ", mlp_only_layers ", dense ? dense->dump() : "[]", ") are not supported");
+    EFIM_CHECK(step >= 1, label, ": decoder_sparse_step ", step, " must be >= 1");
+    std::vector<int64_t> only;
+    if (const nlohmann::json* d = r.get("mlp_only_layers"); d && !d->is_null()) {
+      EFIM_CHECK(d->is_array(), label, ": mlp_only_layers must be a list of layer indices, got ",
+                 d->dump());
+      for (const nlohmann::json& e : *d) {
+        EFIM_CHECK(e.is_number_integer() && e.get<int64_t>() >= 0 &&
+                       e.get<int64_t>() < c.n_layers,
+                   label, ": mlp_only_layers entry ", e.dump(), " is not a layer index in [0, ",
+                   c.n_layers, ")");
+        only.push_back(e.get<int64_t>());
+      }
+    }
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      if (std::find(only.begin(), only.end(), l) != only.end() || (l + 1) % step != 0)
+        c.dense_layers.push_back(l);
   }
   try {
     c.validate();
@@ -428,6 +452,12 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     // llama.cpp's qwen3moe always renormalises; efim also reads the key it writes for a
     // checkpoint with norm_topk_prob = false.
     if (const GgufValue* v = r.get("expert_weights_norm")) c.expert_weights_norm = v->as_bool();
+    // A layer with a dense MLP (Qwen3MoeConfig's mlp_only_layers; llama.cpp loads none) has
+    // ffn_gate / ffn_up / ffn_down and no router; a layer with neither is left to the binder,
+    // whose error names the missing router.
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      if (!f.find(str("blk.", l, ".ffn_gate_inp.weight")) && f.find(str("blk.", l, ".ffn_down.weight")))
+        c.dense_layers.push_back(l);
   }
   try {
     c.validate();

@@ -2,6 +2,7 @@
 // from (Hugging Face config.json or GGUF metadata).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -75,16 +76,27 @@ struct ModelConfig {
   // efim.fragment_tokenization, config.json "efim_fragment_tokenization"): it continues a
   // partial word after the middle sentinel, so the server does not token-heal EFIM for it.
   bool fragment_tokenization = false;
-  // Mixture of experts (qwen3moe), every layer: a router W[n_experts, hidden] scores the experts,
-  // p = softmax(router . x), the n_experts_used most probable run (their p renormalised to sum 1
-  // when expert_weights_norm), each a SwiGLU MLP of width expert_intermediate, summed with
-  // weights p. n_experts = 0: a dense MLP of width intermediate.
+  // Mixture of experts (qwen3moe), every layer but dense_layers: a router W[n_experts, hidden]
+  // scores the experts, p = softmax(router . x), the n_experts_used most probable run (their p
+  // renormalised to sum 1 when expert_weights_norm), each a SwiGLU MLP of width
+  // expert_intermediate, summed with weights p. n_experts = 0: a dense MLP of width intermediate
+  // in every layer.
   int64_t n_experts = 0;
   int64_t n_experts_used = 0;
   int64_t expert_intermediate = 0;
   bool expert_weights_norm = true;
+  // Layers of a mixture-of-experts model whose MLP is dense (width intermediate), ascending:
+  // Qwen3MoeConfig's mlp_only_layers and the layers decoder_sparse_step skips; in a GGUF the
+  // layers without blk.N.ffn_gate_inp.
+  std::vector<int64_t> dense_layers;
 
   bool moe() const { return n_experts > 0; }
+  // Layer l's MLP is the mixture of experts.
+  bool moe_layer(int64_t l) const {
+    return moe() && !std::binary_search(dense_layers.begin(), dense_layers.end(), l);
+  }
+  // Some layer has a dense MLP (the forward pass's scratch for it).
+  bool any_dense_mlp() const { return !moe() || !dense_layers.empty(); }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
 

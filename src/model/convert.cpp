@@ -131,7 +131,7 @@ std::vector<Job> plan_jobs(const ModelConfig& c) {
       if (c.mlp_bias) add("fc", "bias", 0);
       add("proj", "weight", 0);
       if (c.mlp_bias) add("proj", "bias", 0);
-    } else if (c.moe()) {
+    } else if (c.moe_layer(l)) {
       add("router", "weight", 0);
       jobs.back().keep_f32 = true;
       for (const char* role : {"gate", "up", "down"}) {

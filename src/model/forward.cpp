@@ -338,8 +338,8 @@ void Model::forward(const Batch& b, KvCache& kv, float* logits) {
   resize(s_.qkv, n * (c.q_dim() + 2 * c.kv_dim()));
   resize(s_.att, n * c.q_dim());
   resize(s_.proj, n * H);
-  resize(s_.gate_up, c.moe() ? 0 : n * 2 * c.intermediate);
-  resize(s_.act, n > 1 && !c.moe() ? n * c.intermediate : 0);
+  resize(s_.gate_up, c.any_dense_mlp() ? n * 2 * c.intermediate : 0);
+  resize(s_.act, n > 1 && c.any_dense_mlp() ? n * c.intermediate : 0);
   s_.rope.build(inv_freq_, b.positions.data(), n);
   group_tokens(b);
 
@@ -359,7 +359,7 @@ void Model::forward(const Batch& b, KvCache& kv, float* logits) {
       add_norm_row(&s_.x[i * H], &s_.proj[i * H], layers[l].ffn_norm, layers[l].ffn_norm_b,
                    &s_.xn[i * H]);
     });
-    if (c.moe())
+    if (c.moe_layer(l))
       moe_block(l, n);
     else
       mlp_block(l, n);

@@ -201,10 +201,11 @@ void Model::fuse_projections() {
   };
   std::vector<LayerRuns> plan;
   size_t total = 0;
-  for (LayerWeights& w : weights_.layers) {
+  for (size_t l = 0; l < weights_.layers.size(); ++l) {
+    LayerWeights& w = weights_.layers[l];
     LayerRuns r;
     r.qkv = runs_of({&w.wq, &w.wk, &w.wv});
-    if (config_.moe()) {
+    if (config_.moe_layer(static_cast<int64_t>(l))) {
       // experts: their gate and up stay in the file (no copy of most of the model)
     } else if (config_.mlp == MlpKind::Gelu) {
       r.gate_up = runs_of({&w.w_up});

@@ -146,7 +146,7 @@ LayerWeights bind_layer(const ModelConfig& c, const TensorSource& src, WeightNam
     l.q_norm = bind_vector(src, name("q_norm"), c.head_dim);
     l.k_norm = bind_vector(src, name("k_norm"), c.head_dim);
   }
-  if (c.moe()) {
+  if (c.moe_layer(i)) {
     const int64_t ff = c.expert_intermediate;
     l.router = bind_matrix(src, name("router"), c.n_experts, c.hidden);
     l.expert_gate = bind_experts(c, src, nm, i, "gate", ff, c.hidden);

@@ -29,7 +29,7 @@ struct LayerWeights {
   cpu::WeightMatrix w_up;         // [intermediate, hidden] (GELU MLP: c_fc)
   cpu::WeightMatrix w_down;       // [hidden, intermediate] (GELU MLP: c_proj)
   std::vector<float> b_up, b_down;  // [intermediate], [hidden]; empty without mlp_bias
-  // Mixture of experts (config.moe(); the dense w_gate / w_up / w_down are then empty):
+  // Mixture of experts (config.moe_layer(l); the dense w_gate / w_up / w_down are then empty):
   cpu::WeightMatrix router;                      // [n_experts, hidden]
   std::vector<cpu::WeightMatrix> expert_gate;    // n_experts x [expert_intermediate, hidden]
   std::vector<cpu::WeightMatrix> expert_up;      // n_experts x [expert_intermediate, hidden]

@@ -158,12 +158,33 @@ TEST(ModelConfig, ParsesHfQwen3MoeAndRoundTripsGguf) {
         << err;
   }
 
-  // HF's default is no renormalisation; dense layers among the experts are refused.
+  // HF's default is no renormalisation.
   j.erase("norm_topk_prob");
   EXPECT_FALSE(config_from_hf_json(j, "cfg").expert_weights_norm);
-  j["mlp_only_layers"] = {0, 3};
-  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); }).find("mlp_only_layers [0,3]"),
+  EXPECT_TRUE(c.dense_layers.empty());
+  EXPECT_TRUE(c.moe_layer(0));
+  EXPECT_FALSE(c.any_dense_mlp());
+
+  // Dense MLPs among the experts (modeling_qwen3_moe): layer l is sparse iff l is not in
+  // mlp_only_layers and (l + 1) % decoder_sparse_step == 0. 6 layers, step 2, only [3]:
+  // sparse 1 and 5; dense 0, 2, 3, 4.
+  j["num_hidden_layers"] = 6;
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  ModelConfig d = config_from_hf_json(j, "cfg");
+  EXPECT_EQ(d.dense_layers, (std::vector<int64_t>{0, 2, 3, 4}));
+  for (int64_t l = 0; l < 6; ++l) EXPECT_EQ(d.moe_layer(l), l == 1 || l == 5) << l;
+  EXPECT_TRUE(d.any_dense_mlp());
+  EXPECT_NE(d.summary().find("dense MLP in 4 layers"), std::string::npos) << d.summary();
+  j["mlp_only_layers"] = {0, 6};
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); })
+                .find("mlp_only_layers entry 6 is not a layer index in [0, 6)"),
             std::string::npos);
+  j["decoder_sparse_step"] = 0;
+  EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); })
+                .find("decoder_sparse_step 0 must be >= 1"),
+            std::string::npos);
+  j["decoder_sparse_step"] = 1;
   j["mlp_only_layers"] = nlohmann::json::array();
   j["num_experts_per_tok"] = 200;
   EXPECT_NE(error_of([&] { config_from_hf_json(j, "cfg.json"); })

@@ -50,8 +50,9 @@ LoadOptions two_threads() {
 
 // Tiny models and their reference logits, generated once for the whole binary.
 // Every architecture's tiny model (make_tiny_model.py --kind).
-constexpr const char* kKinds[] = {"llama",      "qwen2",          "qwen3", "qwen3_moe",
-                                   "starcoder2", "starcoder2_swa", "gemma"};
+constexpr const char* kKinds[] = {"llama",          "qwen2",      "qwen3",
+                                   "qwen3_moe",      "qwen3_moe_dense", "starcoder2",
+                                   "starcoder2_swa", "gemma"};
 
 class TinyModels : public ::testing::Test {
  protected:
@@ -128,7 +129,7 @@ class TinyModels : public ::testing::Test {
     }
     std::cout << "  [" << model_path.substr(dir_->path().size() + 1) << "] max|diff| " << worst
               << ", " << over << " positions over " << tol << "\n";
-    EXPECT_LE(over, kind == "qwen3_moe" ? 3 : 0) << kind << ": worst " << worst;
+    EXPECT_LE(over, kind.starts_with("qwen3_moe") ? 3 : 0) << kind << ": worst " << worst;
   }
 
   static std::unique_ptr<test::TempDir> dir_;
@@ -282,6 +283,38 @@ TEST_F(TinyModels, GgufMoeStacksExpertsAndKeepsRouterF32) {
       << err;
 }
 
+// Dense MLPs among the experts (mlp_only_layers [0, 2] of 4 layers): `efim convert` writes the
+// dense layers' ffn_gate / ffn_up / ffn_down and no router, the expert layers their stacks,
+// and the GGUF's layers without a router are read back as the dense ones. (llama.cpp's qwen3moe
+// requires experts in every layer and loads none of these.)
+TEST_F(TinyModels, GgufMoeWithDenseLayers) {
+  GgufFile f = GgufFile::open(convert(folder("qwen3_moe_dense", "f32"), DType::Q8_0));
+  for (int64_t l = 0; l < 4; ++l) {
+    SCOPED_TRACE(l);
+    const bool dense = l == 0 || l == 2;
+    EXPECT_EQ(f.find(str("blk.", l, ".ffn_gate_inp.weight")).has_value(), !dense);
+    EXPECT_EQ(f.find(str("blk.", l, ".ffn_up_exps.weight")).has_value(), !dense);
+    ASSERT_EQ(f.find(str("blk.", l, ".ffn_up.weight")).has_value(), dense);
+    if (dense) {  // intermediate_size, not the experts' 32
+      EXPECT_EQ(f.find(str("blk.", l, ".ffn_up.weight"))->shape, (std::vector<int64_t>{96, 64}));
+    }
+  }
+  ModelConfig c = config_from_gguf(f);
+  EXPECT_EQ(c.dense_layers, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(c.intermediate, 96);
+  EXPECT_EQ(c.expert_intermediate, 32);
+  // A layer with neither a router nor a dense MLP is an error that names the router.
+  ModelConfig wrong = c;
+  wrong.dense_layers = {0};
+  std::string err;
+  try {
+    Model::from_source(wrong, std::make_unique<GgufFile>(std::move(f)), WeightNaming::GGUF);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("blk.2.ffn_gate_inp.weight"), std::string::npos) << err;
+}
+
 // transformers 5 may save a Qwen3-MoE's experts fused (mlp.experts.gate_up_proj [8, 2 x 32, 64],
 // mlp.experts.down_proj [8, 64, 32]): bound in place, the same logits as the same weights saved
 // one tensor per expert, and `efim convert` writes the same GGUF tensors from either.
@@ -367,7 +400,7 @@ void write_dequantized_folder(const std::string& gguf_path, const std::string& h
     for (const char* role : {"attn_norm", "ffn_norm", "q", "k", "v", "o"})
       names.push_back({TensorNames::layer(WeightNaming::GGUF, l, role),
                        TensorNames::layer(WeightNaming::HF, l, role)});
-    if (c.moe()) {  // the router; the stacked experts are split below
+    if (c.moe_layer(l)) {  // the router; the stacked experts are split below
       names.push_back({TensorNames::layer(WeightNaming::GGUF, l, "router"),
                        TensorNames::layer(WeightNaming::HF, l, "router")});
       for (const char* role : {"gate", "up", "down"}) experts.push_back({l, role});
@@ -622,9 +655,9 @@ TEST(BatchInvariance, ChunksAndNeighboursDoNotChangeABit) {
 }
 
 // qwen3_moe: decode steps take the one-token expert path (moe_one_token), prefill the path
-// grouped by expert.
+// grouped by expert; qwen3_moe_dense alternates that with dense layers.
 TEST_F(Batching, DecodeAfterPrefillEqualsFullPrefixLastRow) {
-  for (const char* kind : {"qwen2", "qwen3_moe"}) {
+  for (const char* kind : {"qwen2", "qwen3_moe", "qwen3_moe_dense"}) {
   SCOPED_TRACE(kind);
   auto m = Model::load(folder(kind, "bf16"), two_threads());
   std::vector<float> full = all_logits(*m, tokens_);
