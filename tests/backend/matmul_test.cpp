@@ -550,25 +550,34 @@ TEST(Matmul, JobsEqualSeparateCallsBitForBit) {
   EXPECT_EQ(y[0], 7.0f);  // the good job did not run either
 }
 
-// Batch invariance of the AVX2 Q8_0 / Q4_0 GEMV (speculative verify steps, up to 9 rows): each
-// row of x gets bit for bit what it gets alone (m = 1), at every m up to the GEMM threshold,
-// for odd and even block counts and any thread count.
-TEST(MatmulInt8, Avx2GemvRowsEqualOneRowAloneBitForBit) {
+// Batch invariance of the file-layout Q8_0 / Q4_0 GEMV (speculative verify steps, up to 9 rows;
+// weights mapped from the file): each row of x gets bit for bit what it gets alone (m = 1), at
+// every m up to the GEMM threshold, for odd and even block counts and any thread count, on AVX2
+// and AVX-512 (natively and on SIMDe).
+TEST(MatmulInt8, GemvRowsEqualOneRowAloneBitForBit) {
   if (!kernel_supported(CpuKernel::Avx2)) GTEST_FAIL() << "this test needs an AVX2 CPU";
   for (DType t : {DType::Q8_0, DType::Q4_0})
-    for (int64_t k : {int64_t{384}, int64_t{416}})  // 12 and 13 blocks
+    for (int64_t k : {int64_t{384}, int64_t{416}, int64_t{448}})  // 12, 13 and 14 blocks
       for (int64_t m = 2; m <= 9; ++m) {
         const Problem p = make_problem(Shape{m, k, 38}, t, uint32_t(7 * m + k));
-        for (int threads : {1, 2}) {
-          const std::vector<float> all = run(p, CpuKernel::Avx2, threads);
-          for (int64_t i = 0; i < m; ++i) {
-            Problem one = p;
-            one.s.m = 1;
-            one.x.assign(p.x.begin() + i * k, p.x.begin() + (i + 1) * k);
-            const std::vector<float> alone = run(one, CpuKernel::Avx2, threads);
-            EXPECT_EQ(std::memcmp(alone.data(), all.data() + i * p.s.n, alone.size() * 4), 0)
-                << dtype_name(t) << " k=" << k << " m=" << m << " row " << i << " threads "
-                << threads;
+        for (const char* variant : {"avx2", "avx512", "avx512 (emulated)"}) {
+          const std::string_view v = variant;
+          if (v == "avx512" && !kernel_supported(CpuKernel::Avx512)) continue;
+          for (int threads : {1, 2}) {
+            auto run_v = [&](const Problem& q) {
+              if (v == "avx512 (emulated)") return run_avx512_emulated(q, threads);
+              return run(q, v == "avx2" ? CpuKernel::Avx2 : CpuKernel::Avx512, threads);
+            };
+            const std::vector<float> all = run_v(p);
+            for (int64_t i = 0; i < m; ++i) {
+              Problem one = p;
+              one.s.m = 1;
+              one.x.assign(p.x.begin() + i * k, p.x.begin() + (i + 1) * k);
+              const std::vector<float> alone = run_v(one);
+              EXPECT_EQ(std::memcmp(alone.data(), all.data() + i * p.s.n, alone.size() * 4), 0)
+                  << dtype_name(t) << " " << v << " k=" << k << " m=" << m << " row " << i
+                  << " threads " << threads;
+            }
           }
         }
       }
@@ -742,6 +751,51 @@ TEST(MatmulDtype, FileLayoutRowsEqualOneRowAlone) {
               ADD_FAILURE() << dtype_name(t) << " " << kernel_name(kernel) << " m=" << m
                             << " y[" << at / s.n << "][" << at % s.n << "] " << y[static_cast<size_t>(at)]
                             << " alone " << alone[static_cast<size_t>(at)];
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+  EXPECT_EQ(mismatches, 0);
+}
+
+// Float weights (F32, F16, BF16): below the GEMM threshold (10 rows of x: a token and a draft
+// of up to 8) every GEMV sums a row of x in the one-row order, so each row gets the bits it gets
+// alone: AVX2, AVX-512 natively and on SIMDe, and the scalar kernel; k with a 32/64-wide body,
+// an 8/16-wide remainder and a scalar tail.
+TEST(MatmulFloat, GemvRowsEqualOneRowAloneBitForBit) {
+  int mismatches = 0, compared = 0;
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+  for (Shape s : {Shape{9, 768, 13}, Shape{9, 792, 8}, Shape{9, 100, 5}}) {
+    const Problem p = make_problem(s, t, 31 + static_cast<uint32_t>(s.k));
+    for (const char* variant : {"scalar", "avx2", "avx512", "avx512 (emulated)"}) {
+      const std::string_view v = variant;
+      const CpuKernel kernel = v == "scalar" ? CpuKernel::Scalar
+                               : v == "avx2" ? CpuKernel::Avx2
+                                             : CpuKernel::Avx512;
+      if (!kernel_supported(kernel) && v != "avx512 (emulated)") continue;
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        auto run_rows = [&](const float* x, int64_t m, float* y) {
+          if (v == "avx512 (emulated)")
+            detail::matmul_float_avx512_emulated(pool, x, m, p.w, y);
+          else
+            matmul(pool, x, m, p.w, y, kernel);
+        };
+        std::vector<float> alone(static_cast<size_t>(s.m * s.n));
+        for (int64_t i = 0; i < s.m; ++i) run_rows(p.x.data() + i * s.k, 1, alone.data() + i * s.n);
+        for (int64_t m = 2; m <= s.m; ++m) {
+          std::vector<float> y(static_cast<size_t>(m * s.n), NAN);
+          run_rows(p.x.data(), m, y.data());
+          for (int64_t at = 0; at < m * s.n; ++at) {
+            ++compared;
+            if (std::memcmp(&y[static_cast<size_t>(at)], &alone[static_cast<size_t>(at)], sizeof(float)) != 0 &&
+                ++mismatches <= 5)
+              ADD_FAILURE() << dtype_name(t) << " " << v << " k=" << s.k << " m=" << m
+                            << " threads=" << threads << " y[" << at / s.n << "][" << at % s.n
+                            << "] " << y[static_cast<size_t>(at)] << " alone "
+                            << alone[static_cast<size_t>(at)];
           }
         }
       }

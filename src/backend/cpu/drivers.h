@@ -77,27 +77,24 @@ void float_gemm(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix&
 
 // One group of 4 weight rows (rows[] always holds 4 pointers: missing rows of the last group
 // repeat the last valid row, their outputs are dropped): y[i][r] = x row i . rows[r], r < nr.
-// One row of x (single-sequence decode): G::dot_row<T>(x, k, row, prefetch), row after row, so
-// a thread's reads form one sequential stream; more rows: G::rows4<T, MX>(x, k, rows, prefetch,
-// out[MX][4]) for up to 3 rows of x at a time, sharing each load of x.
+// Row after row, so a thread's reads form one sequential stream (a row stays in L1 while up to 3
+// rows of x at a time pass over it): G::dot_rows<T, MX>(x, k, row, prefetch, out[MX]), which
+// sums every row of x in the one-row order, so y's rows do not depend on m.
 template <class G, DType T>
 void float_gemv_group(const float* x, int64_t m, int64_t k, const uint8_t* const rows[4], int nr,
                       int64_t prefetch, float* y, int64_t ldy) {
-  if (m == 1) {
-    for (int r = 0; r < nr; ++r) y[r] = G::template dot_row<T>(x, k, rows[r], prefetch);
-    return;
-  }
-  for (int64_t i = 0; i < m; i += 3) {
-    float out[3][4];
-    const int64_t mx = std::min<int64_t>(3, m - i);
-    if (mx == 3)
-      G::template rows4<T, 3>(x + i * k, k, rows, prefetch, out);
-    else if (mx == 2)
-      G::template rows4<T, 2>(x + i * k, k, rows, prefetch, out);
-    else
-      G::template rows4<T, 1>(x + i * k, k, rows, prefetch, out);
-    for (int64_t ii = 0; ii < mx; ++ii)
-      for (int r = 0; r < nr; ++r) y[(i + ii) * ldy + r] = out[ii][r];
+  for (int r = 0; r < nr; ++r) {  // one weight row at a time, against up to 3 rows of x
+    for (int64_t i = 0; i < m; i += 3) {
+      float out[3];
+      const int64_t mx = std::min<int64_t>(3, m - i);
+      if (mx == 3)
+        G::template dot_rows<T, 3>(x + i * k, k, rows[r], prefetch, out);
+      else if (mx == 2)
+        G::template dot_rows<T, 2>(x + i * k, k, rows[r], prefetch, out);
+      else
+        G::template dot_rows<T, 1>(x + i * k, k, rows[r], prefetch, out);
+      for (int64_t ii = 0; ii < mx; ++ii) y[(i + ii) * ldy + r] = out[ii];
+    }
   }
 }
 

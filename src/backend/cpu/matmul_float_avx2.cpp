@@ -10,13 +10,14 @@
 // 6-row tiles pass over it; y tiles accumulate across k blocks). Threads take work items
 // (panel, block of x rows) dynamically; x rows are split only when there are too few panels.
 //
-// GEMV (m < kGemmMinRows, decode): W is streamed once in its own dtype, with software prefetch
-// two row groups (8 rows) ahead (rows of 1-4 KB are too short for the hardware prefetcher to
-// ramp up; it lifted decode from ~70% to ~100% of the measured bandwidth). One row of x (single-
-// sequence decode): row after row, 32 weights per step into 4 accumulators, so each thread reads
-// one sequential stream (against 4 interleaved rows: decode +12% to +60% tok/s in A/B pairs on
-// this 2-core VM, the DRAM-bound output head gaining most). 2-7 rows of x: 4 weight rows at a
-// time against up to 3 rows of x held in registers, converting 8 weights per load.
+// GEMV (m < kGemmMinRows: decode, and speculative verify steps of up to 9 tokens): W is streamed
+// once in its own dtype, with software prefetch two row groups (8 rows) ahead (rows of 1-4 KB are
+// too short for the hardware prefetcher to ramp up; it lifted decode from ~70% to ~100% of the
+// measured bandwidth). Row after row, 32 weights per step into 4 accumulators per row of x, so
+// each thread reads one sequential stream (against 4 interleaved rows: decode +12% to +60% tok/s
+// in A/B pairs on this 2-core VM, the DRAM-bound output head gaining most); up to 3 rows of x
+// share each converted weight vector. Every row of x is summed in the one-row order, so below
+// kGemmMinRows a row's logits do not depend on the other rows of the step.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -38,10 +39,10 @@ namespace {
 constexpr int kNR = 16;       // weight rows per packed panel (2 ymm of y columns)
 constexpr int kMR = 6;        // rows of x per micro-tile
 constexpr int64_t kKC = 256;  // k block of the micro-kernel loop
-// Below this many rows of x, converting W on the fly in the GEMV (one pass per 3 rows) beats
-// packing it (measured on Zen 3, bf16 768 x 2048: packing costs ~1.5 GEMV passes; the
-// crossover is near 8-10 rows).
-constexpr int64_t kGemmMinRows = 8;
+// Below this many rows of x, converting W on the fly in the GEMV beats packing it (measured on
+// Zen 3, bf16 768 x 2048: packing costs ~1.5 GEMV passes; the crossover is near 8-10 rows). 10:
+// a token and a draft of up to 8 (engine.h's max_draft) stay on the batch-invariant GEMV.
+constexpr int64_t kGemmMinRows = 10;
 
 // ---- conversion of 8 consecutive weights to f32 ----
 template <DType T>
@@ -154,49 +155,19 @@ struct Gemm {
   }
 };
 
-// out[i][r] = x[i] . W row r, for MX rows of x and 4 weight rows (see the file comment).
+// out[i] = x[i] . W row, for MX (1-3) rows of x (row stride k): one weight row at a time so a
+// thread's reads form one sequential stream, 32 weights per step into 4 accumulators per row of
+// x (independent FMA chains), one software prefetch per 64-byte line of bf16/f16 weights
+// `prefetch` bytes ahead. Each row of x is summed in the same order whatever MX is, so a row's
+// result does not depend on the rows beside it (batch invariance below kGemmMinRows).
 template <DType T, int MX>
-void gemv_4rows(const float* x, int64_t k, const uint8_t* const rows[4], int64_t prefetch,
-                float out[MX][4]) {
-  __m256 acc[4][MX];  // all loops over r and i unrolled: acc stays in registers
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r)
-#pragma GCC unroll 3
-    for (int i = 0; i < MX; ++i) acc[r][i] = _mm256_setzero_ps();
-  const int64_t k8 = k / 8 * 8;
-  for (int64_t kk = 0; kk < k8; kk += 8) {
-    __m256 xv[MX];
-#pragma GCC unroll 3
-    for (int i = 0; i < MX; ++i) xv[i] = _mm256_loadu_ps(x + i * k + kk);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      // Short rows defeat the hardware prefetcher: fetch the rows `prefetch` bytes ahead.
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + prefetch +
-                       kk * int64_t{sizeof(float)} / (T == DType::F32 ? 1 : 2),
-                   _MM_HINT_T0);
-      const __m256 wv = load8<T>(rows[r], kk);
-#pragma GCC unroll 3
-      for (int i = 0; i < MX; ++i) acc[r][i] = _mm256_fmadd_ps(wv, xv[i], acc[r][i]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) {
-#pragma GCC unroll 3
-    for (int i = 0; i < MX; ++i) {
-      float s = hsum(acc[r][i]);
-      for (int64_t kk = k8; kk < k; ++kk) s += x[i * k + kk] * load_weight<T>(rows[r], kk);
-      out[i][r] = s;
-    }
-  }
-}
-
-// Decode (one row of x): x . W row, one row at a time so a thread's reads form one sequential
-// stream, 32 weights per step into 4 accumulators (independent FMA chains), one software
-// prefetch per 64-byte line of bf16/f16 weights `prefetch` bytes ahead.
-template <DType T>
-float dot_row(const float* x, int64_t k, const uint8_t* row, int64_t prefetch) {
+void dot_rows(const float* x, int64_t k, const uint8_t* row, int64_t prefetch, float out[MX]) {
   constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  __m256 acc[4][MX];  // [chain][row of x]; all loops unrolled: acc stays in registers
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c)
+#pragma GCC unroll 3
+    for (int i = 0; i < MX; ++i) acc[c][i] = _mm256_setzero_ps();
   const int64_t k32 = k / 32 * 32;
   for (int64_t kk = 0; kk < k32; kk += 32) {
     if (prefetch) {
@@ -204,28 +175,35 @@ float dot_row(const float* x, int64_t k, const uint8_t* row, int64_t prefetch) {
       _mm_prefetch(line, _MM_HINT_T0);
       if constexpr (kBytes == 4) _mm_prefetch(line + 64, _MM_HINT_T0);
     }
-    a0 = _mm256_fmadd_ps(load8<T>(row, kk), _mm256_loadu_ps(x + kk), a0);
-    a1 = _mm256_fmadd_ps(load8<T>(row, kk + 8), _mm256_loadu_ps(x + kk + 8), a1);
-    a2 = _mm256_fmadd_ps(load8<T>(row, kk + 16), _mm256_loadu_ps(x + kk + 16), a2);
-    a3 = _mm256_fmadd_ps(load8<T>(row, kk + 24), _mm256_loadu_ps(x + kk + 24), a3);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256 wv = load8<T>(row, kk + 8 * c);
+#pragma GCC unroll 3
+      for (int i = 0; i < MX; ++i)
+        acc[c][i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i * k + kk + 8 * c), acc[c][i]);
+    }
   }
-  for (int64_t kk = k32; kk + 8 <= k; kk += 8)
-    a0 = _mm256_fmadd_ps(load8<T>(row, kk), _mm256_loadu_ps(x + kk), a0);
-  float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  for (int64_t kk = k / 8 * 8; kk < k; ++kk) s += x[kk] * load_weight<T>(row, kk);
-  return s;
+  for (int64_t kk = k32; kk + 8 <= k; kk += 8) {
+    const __m256 wv = load8<T>(row, kk);
+#pragma GCC unroll 3
+    for (int i = 0; i < MX; ++i)
+      acc[0][i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i * k + kk), acc[0][i]);
+  }
+#pragma GCC unroll 3
+  for (int i = 0; i < MX; ++i) {
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0][i], acc[1][i]),
+                                 _mm256_add_ps(acc[2][i], acc[3][i])));
+    for (int64_t kk = k / 8 * 8; kk < k; ++kk) s += x[i * k + kk] * load_weight<T>(row, kk);
+    out[i] = s;
+  }
 }
 
-// The GEMV pieces for float_gemv (drivers.h).
+// The GEMV piece for float_gemv (drivers.h).
 struct GemvGroup {
-  template <DType T>
-  static float dot_row(const float* x, int64_t k, const uint8_t* row, int64_t prefetch) {
-    return detail::dot_row<T>(x, k, row, prefetch);
-  }
   template <DType T, int MX>
-  static void rows4(const float* x, int64_t k, const uint8_t* const rows[4], int64_t prefetch,
-                    float out[MX][4]) {
-    gemv_4rows<T, MX>(x, k, rows, prefetch, out);
+  static void dot_rows(const float* x, int64_t k, const uint8_t* row, int64_t prefetch,
+                       float out[MX]) {
+    detail::dot_rows<T, MX>(x, k, row, prefetch, out);
   }
 };
 

@@ -7,9 +7,10 @@
 // 16 FMAs into 16 accumulators (of the 32 zmm registers). The k loop runs in blocks of kKC = 128
 // (a 16 KB slice of the panel stays in L1 while the row tiles pass over it).
 //
-// GEMV (m < kGemmMinRows, decode): W is streamed once in its own dtype with software prefetch
-// two row groups ahead. One row of x: row after row, 64 weights per step into 4 accumulators;
-// 2-7 rows of x: 4 weight rows against up to 3 rows of x, 16 weights per load.
+// GEMV (m < kGemmMinRows: decode and verify steps of up to 9 tokens): W is streamed once in its
+// own dtype with software prefetch two row groups ahead; row after row, 64 weights per step into
+// 4 accumulators per row of x, up to 3 rows of x sharing each converted weight vector, every
+// row summed in the one-row order (batch invariant below kGemmMinRows).
 //
 // This file is compiled twice: natively for AVX-512 CPUs, and for tests on SIMDe's emulation of
 // the intrinsics (EFIM_AVX512_EMULATED, see avx512_emulation.h).
@@ -44,7 +45,7 @@ namespace {
 constexpr int kNR = 32;       // weight rows per packed panel (2 zmm of y columns)
 constexpr int kMR = 8;        // rows of x per micro-tile
 constexpr int64_t kKC = 128;  // k block of the micro-kernel loop
-constexpr int64_t kGemmMinRows = 8;
+constexpr int64_t kGemmMinRows = 10;  // as matmul_float_avx2.cpp's
 
 // ---- conversion of 16 consecutive weights to f32 ----
 template <DType T>
@@ -149,48 +150,18 @@ struct Gemm {
   }
 };
 
-// out[i][r] = x[i] . W row r, for MX rows of x and 4 weight rows.
+// out[i] = x[i] . W row, for MX (1-3) rows of x (row stride k): one weight row at a time so a
+// thread's reads form one sequential stream, 64 weights per step into 4 accumulators per row of
+// x, one prefetch per 64-byte line of weights `prefetch` bytes ahead. Each row of x is summed in
+// the same order whatever MX is (batch invariance below kGemmMinRows).
 template <DType T, int MX>
-void gemv_4rows(const float* x, int64_t k, const uint8_t* const rows[4], int64_t prefetch,
-                float out[MX][4]) {
+void dot_rows(const float* x, int64_t k, const uint8_t* row, int64_t prefetch, float out[MX]) {
   constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;
-  __m512 acc[4][MX];  // all loops over r and i unrolled: acc stays in registers
+  __m512 acc[4][MX];  // [chain][row of x]; all loops unrolled: acc stays in registers
 #pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r)
+  for (int c = 0; c < 4; ++c)
 #pragma GCC unroll 3
-    for (int i = 0; i < MX; ++i) acc[r][i] = _mm512_setzero_ps();
-  const int64_t k16 = k / 16 * 16;
-  for (int64_t kk = 0; kk < k16; kk += 16) {
-    __m512 xv[MX];
-#pragma GCC unroll 3
-    for (int i = 0; i < MX; ++i) xv[i] = _mm512_loadu_ps(x + i * k + kk);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      const char* line = reinterpret_cast<const char*>(rows[r]) + prefetch + kk * kBytes;
-      _mm_prefetch(line, _MM_HINT_T0);  // 32 bytes (bf16) or 64 (f32) per step
-      const __m512 wv = load16<T>(rows[r], kk);
-#pragma GCC unroll 3
-      for (int i = 0; i < MX; ++i) acc[r][i] = _mm512_fmadd_ps(wv, xv[i], acc[r][i]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) {
-#pragma GCC unroll 3
-    for (int i = 0; i < MX; ++i) {
-      float s = hsum(acc[r][i]);
-      for (int64_t kk = k16; kk < k; ++kk) s += x[i * k + kk] * load_weight<T>(rows[r], kk);
-      out[i][r] = s;
-    }
-  }
-}
-
-// Decode (one row of x): x . W row, one row at a time so a thread's reads form one sequential
-// stream, 64 weights per step into 4 accumulators, one prefetch per 64-byte line of weights
-// `prefetch` bytes ahead.
-template <DType T>
-float dot_row(const float* x, int64_t k, const uint8_t* row, int64_t prefetch) {
-  constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int i = 0; i < MX; ++i) acc[c][i] = _mm512_setzero_ps();
   const int64_t k64 = k / 64 * 64;
   for (int64_t kk = 0; kk < k64; kk += 64) {
     if (prefetch) {
@@ -198,28 +169,35 @@ float dot_row(const float* x, int64_t k, const uint8_t* row, int64_t prefetch) {
 #pragma GCC unroll 4
       for (int64_t l = 0; l < 64 * kBytes; l += 64) _mm_prefetch(line + l, _MM_HINT_T0);
     }
-    a0 = _mm512_fmadd_ps(load16<T>(row, kk), _mm512_loadu_ps(x + kk), a0);
-    a1 = _mm512_fmadd_ps(load16<T>(row, kk + 16), _mm512_loadu_ps(x + kk + 16), a1);
-    a2 = _mm512_fmadd_ps(load16<T>(row, kk + 32), _mm512_loadu_ps(x + kk + 32), a2);
-    a3 = _mm512_fmadd_ps(load16<T>(row, kk + 48), _mm512_loadu_ps(x + kk + 48), a3);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512 wv = load16<T>(row, kk + 16 * c);
+#pragma GCC unroll 3
+      for (int i = 0; i < MX; ++i)
+        acc[c][i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + i * k + kk + 16 * c), acc[c][i]);
+    }
   }
-  for (int64_t kk = k64; kk + 16 <= k; kk += 16)
-    a0 = _mm512_fmadd_ps(load16<T>(row, kk), _mm512_loadu_ps(x + kk), a0);
-  float s = hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  for (int64_t kk = k / 16 * 16; kk < k; ++kk) s += x[kk] * load_weight<T>(row, kk);
-  return s;
+  for (int64_t kk = k64; kk + 16 <= k; kk += 16) {
+    const __m512 wv = load16<T>(row, kk);
+#pragma GCC unroll 3
+    for (int i = 0; i < MX; ++i)
+      acc[0][i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + i * k + kk), acc[0][i]);
+  }
+#pragma GCC unroll 3
+  for (int i = 0; i < MX; ++i) {
+    float s = hsum(_mm512_add_ps(_mm512_add_ps(acc[0][i], acc[1][i]),
+                                 _mm512_add_ps(acc[2][i], acc[3][i])));
+    for (int64_t kk = k / 16 * 16; kk < k; ++kk) s += x[i * k + kk] * load_weight<T>(row, kk);
+    out[i] = s;
+  }
 }
 
-// The GEMV pieces for float_gemv (drivers.h).
+// The GEMV piece for float_gemv (drivers.h).
 struct GemvGroup {
-  template <DType T>
-  static float dot_row(const float* x, int64_t k, const uint8_t* row, int64_t prefetch) {
-    return detail::dot_row<T>(x, k, row, prefetch);
-  }
   template <DType T, int MX>
-  static void rows4(const float* x, int64_t k, const uint8_t* const rows[4], int64_t prefetch,
-                    float out[MX][4]) {
-    gemv_4rows<T, MX>(x, k, rows, prefetch, out);
+  static void dot_rows(const float* x, int64_t k, const uint8_t* row, int64_t prefetch,
+                       float out[MX]) {
+    detail::dot_rows<T, MX>(x, k, row, prefetch, out);
   }
 };
 

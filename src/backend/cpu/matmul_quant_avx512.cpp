@@ -11,9 +11,11 @@
 // contiguous outputs. 4 x rows per panel load. Q4_0 (quants 0..15) needs no sign trick and
 // subtracts its -8 offset as 8 * sum(x quants); Q8_0 multiplies |w| by x carrying w's sign.
 //
-// GEMV (m < kGemmMinRows, decode): W streamed once in its file layout, two blocks per register
-// (one per 256-bit half, scales per half); Q4_0 nibbles become signed (q - 8) so both dtypes
-// take the Q8_0 path. One row of x: weight rows one after another, 4 blocks per step.
+// GEMV (m < kGemmMinRows: decode and verify steps of up to 9 tokens): W streamed once in its
+// file layout, two blocks per register (one per 256-bit half, scales per half); Q4_0 nibbles
+// become signed (q - 8) so both dtypes take the Q8_0 path. One row of x: weight rows one after
+// another, 4 blocks per step; more rows: groups of 4 weight rows (in L1) against 2 rows of x at
+// a time, each row of x summed in the one-row order.
 //
 // This file is compiled twice: natively for AVX-512 CPUs, and for tests on SIMDe's emulation of
 // the intrinsics (EFIM_AVX512_EMULATED, see avx512_emulation.h).
@@ -48,7 +50,9 @@ namespace {
 
 constexpr int kNR = 16;  // weight rows per interleaved panel
 constexpr int kMR = 4;   // x rows per micro-tile
-constexpr int64_t kGemmMinRows = 3;
+// 10: a token and a draft of up to 8 (engine.h's max_draft) stay on the GEMV, which gives every
+// row of x the one-row bits; the packing GEMM (faster from 3 rows) sums in another order.
+constexpr int64_t kGemmMinRows = 10;
 constexpr int kPanelBlockBytes = kNR * kQBlock;  // 512 bytes per block of a panel
 
 // x with the sign of w: x where w > 0, -x where w < 0 (where w == 0 the product is 0 anyway).
@@ -262,22 +266,28 @@ inline void rows4_blocks(const QuantizedRows& a, int64_t i0, const uint8_t* cons
   }
 }
 
-// out[i][r] = x row i0 + i . weight row r for MX (1 or 2) x rows and 4 weight rows.
+// out[i][r] = x row i0 + i . weight row r for MX (1 or 2) x rows and 4 weight rows, each in
+// dot_row's order (blocks b, b + 1 into acc0 and b + 2, b + 3 into acc1, the same tail), so a
+// row of x gets the bits it gets alone (batch invariance below kGemmMinRows).
 template <DType T, int MX>
 void gemv_4rows(const QuantizedRows& a, int64_t i0, const uint8_t* const rows[4], int64_t prefetch,
                 float out[MX][4]) {
-  __m512 acc[4][MX];  // all loops over r and i unrolled: acc stays in registers
+  __m512 acc0[4][MX], acc1[4][MX];  // all loops over r and i unrolled: acc stays in registers
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r)
 #pragma GCC unroll 2
-    for (int i = 0; i < MX; ++i) acc[r][i] = _mm512_setzero_ps();
+    for (int i = 0; i < MX; ++i) acc0[r][i] = acc1[r][i] = _mm512_setzero_ps();
   int64_t b = 0;
-  for (; b + 2 <= a.nb; b += 2) rows4_blocks<T, MX, true>(a, i0, rows, b, prefetch, acc);
-  if (b < a.nb) rows4_blocks<T, MX, false>(a, i0, rows, b, prefetch, acc);
+  for (; b + 4 <= a.nb; b += 4) {
+    rows4_blocks<T, MX, true>(a, i0, rows, b, prefetch, acc0);
+    rows4_blocks<T, MX, true>(a, i0, rows, b + 2, prefetch, acc1);
+  }
+  if (b + 2 <= a.nb) rows4_blocks<T, MX, true>(a, i0, rows, b, prefetch, acc0), b += 2;
+  if (b < a.nb) rows4_blocks<T, MX, false>(a, i0, rows, b, prefetch, acc1);
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r)
 #pragma GCC unroll 2
-    for (int i = 0; i < MX; ++i) out[i][r] = hsum(acc[r][i]);
+    for (int i = 0; i < MX; ++i) out[i][r] = hsum(_mm512_add_ps(acc0[r][i], acc1[r][i]));
 }
 
 // The GEMV pieces for quant_gemv (drivers.h).
