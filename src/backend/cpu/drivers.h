@@ -77,23 +77,36 @@ void float_gemm(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix&
 
 // One group of 4 weight rows (rows[] always holds 4 pointers: missing rows of the last group
 // repeat the last valid row, their outputs are dropped): y[i][r] = x row i . rows[r], r < nr.
-// Row after row, so a thread's reads form one sequential stream (a row stays in L1 while up to 3
-// rows of x at a time pass over it): G::dot_rows<T, MX>(x, k, row, prefetch, out[MX]), which
-// sums every row of x in the one-row order, so y's rows do not depend on m.
+// One row of x (decode): row after row, so a thread's reads form one sequential stream. More:
+// G::kRows weight rows at a time (they stay in L1 while up to 3 rows of x at a time pass over
+// them, and each load of x serves kRows rows). G::dot_rows<T, MX, R>(x, k, rows, prefetch,
+// out[MX][R]) sums every row of x in the one-row order whatever MX and R are, so y's rows do not
+// depend on m.
 template <class G, DType T>
 void float_gemv_group(const float* x, int64_t m, int64_t k, const uint8_t* const rows[4], int nr,
                       int64_t prefetch, float* y, int64_t ldy) {
-  for (int r = 0; r < nr; ++r) {  // one weight row at a time, against up to 3 rows of x
+  if (m == 1) {  // decode: G::kDecodeRows rows at a time
+    constexpr int D = G::kDecodeRows;
+    for (int r = 0; r < nr; r += D) {
+      float out[1][D];
+      G::template dot_rows<T, 1, D>(x, k, rows + r, prefetch, out);
+      for (int rr = 0; rr < D && r + rr < nr; ++rr) y[r + rr] = out[0][rr];
+    }
+    return;
+  }
+  constexpr int R = G::kRows;  // weight rows per call (1 or 2; 4 is a multiple)
+  for (int r = 0; r < nr; r += R) {  // against up to 3 rows of x at a time
     for (int64_t i = 0; i < m; i += 3) {
-      float out[3];
+      float out[3][R];
       const int64_t mx = std::min<int64_t>(3, m - i);
       if (mx == 3)
-        G::template dot_rows<T, 3>(x + i * k, k, rows[r], prefetch, out);
+        G::template dot_rows<T, 3, R>(x + i * k, k, rows + r, prefetch, out);
       else if (mx == 2)
-        G::template dot_rows<T, 2>(x + i * k, k, rows[r], prefetch, out);
+        G::template dot_rows<T, 2, R>(x + i * k, k, rows + r, prefetch, out);
       else
-        G::template dot_rows<T, 1>(x + i * k, k, rows[r], prefetch, out);
-      for (int64_t ii = 0; ii < mx; ++ii) y[(i + ii) * ldy + r] = out[ii];
+        G::template dot_rows<T, 1, R>(x + i * k, k, rows + r, prefetch, out);
+      for (int64_t ii = 0; ii < mx; ++ii)
+        for (int rr = 0; rr < R && r + rr < nr; ++rr) y[(i + ii) * ldy + r + rr] = out[ii][rr];
     }
   }
 }

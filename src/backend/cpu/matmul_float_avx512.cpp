@@ -150,54 +150,79 @@ struct Gemm {
   }
 };
 
-// out[i] = x[i] . W row, for MX (1-3) rows of x (row stride k): one weight row at a time so a
-// thread's reads form one sequential stream, 64 weights per step into 4 accumulators per row of
-// x, one prefetch per 64-byte line of weights `prefetch` bytes ahead. Each row of x is summed in
-// the same order whatever MX is (batch invariance below kGemmMinRows).
-template <DType T, int MX>
-void dot_rows(const float* x, int64_t k, const uint8_t* row, int64_t prefetch, float out[MX]) {
+// out[i][r] = x[i] . W row r, for MX (1-3) rows of x (row stride k) and R (1-2) weight rows:
+// 64 weights per step into 4 accumulators per (row of x, weight row) pair, one software prefetch
+// per 64-byte line of weights `prefetch` bytes ahead. Each pair is summed in the same order
+// whatever MX and R are (batch invariance below kGemmMinRows); R = 2 shares each load of x
+// between two weight rows (up to 24 accumulators).
+template <DType T, int MX, int R>
+void dot_rows(const float* x, int64_t k, const uint8_t* const rows[R], int64_t prefetch,
+              float out[MX][R]) {
   constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;
-  __m512 acc[4][MX];  // [chain][row of x]; all loops unrolled: acc stays in registers
+  __m512 acc[4][R][MX];  // [chain][weight row][row of x]; loops unrolled: acc stays in registers
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c)
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r)
 #pragma GCC unroll 3
-    for (int i = 0; i < MX; ++i) acc[c][i] = _mm512_setzero_ps();
+      for (int i = 0; i < MX; ++i) acc[c][r][i] = _mm512_setzero_ps();
   const int64_t k64 = k / 64 * 64;
   for (int64_t kk = 0; kk < k64; kk += 64) {
     if (prefetch) {
-      const char* line = reinterpret_cast<const char*>(row) + prefetch + kk * kBytes;
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const char* line = reinterpret_cast<const char*>(rows[r]) + prefetch + kk * kBytes;
 #pragma GCC unroll 4
-      for (int64_t l = 0; l < 64 * kBytes; l += 64) _mm_prefetch(line + l, _MM_HINT_T0);
+        for (int64_t l = 0; l < 64 * kBytes; l += 64) _mm_prefetch(line + l, _MM_HINT_T0);
+      }
     }
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
-      const __m512 wv = load16<T>(row, kk + 16 * c);
+      __m512 wv[R];
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) wv[r] = load16<T>(rows[r], kk + 16 * c);
 #pragma GCC unroll 3
-      for (int i = 0; i < MX; ++i)
-        acc[c][i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + i * k + kk + 16 * c), acc[c][i]);
+      for (int i = 0; i < MX; ++i) {
+        __m512 xv = _mm512_loadu_ps(x + i * k + kk + 16 * c);
+        // One load for the R rows: keeps GCC from folding a load of x into every FMA (the
+        // loads, not the FMAs, then bound the kernel: m = 2-6 ran 1.5x slower).
+#ifndef EFIM_AVX512_EMULATED  // (SIMDe's __m512 is a struct, not a register)
+        if constexpr (R > 1) asm("" : "+v"(xv));
+#endif
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) acc[c][r][i] = _mm512_fmadd_ps(wv[r], xv, acc[c][r][i]);
+      }
     }
   }
   for (int64_t kk = k64; kk + 16 <= k; kk += 16) {
-    const __m512 wv = load16<T>(row, kk);
+    __m512 wv[R];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) wv[r] = load16<T>(rows[r], kk);
 #pragma GCC unroll 3
-    for (int i = 0; i < MX; ++i)
-      acc[0][i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + i * k + kk), acc[0][i]);
+    for (int i = 0; i < MX; ++i) {
+      const __m512 xv = _mm512_loadu_ps(x + i * k + kk);
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) acc[0][r][i] = _mm512_fmadd_ps(wv[r], xv, acc[0][r][i]);
+    }
   }
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 3
-  for (int i = 0; i < MX; ++i) {
-    float s = hsum(_mm512_add_ps(_mm512_add_ps(acc[0][i], acc[1][i]),
-                                 _mm512_add_ps(acc[2][i], acc[3][i])));
-    for (int64_t kk = k / 16 * 16; kk < k; ++kk) s += x[i * k + kk] * load_weight<T>(row, kk);
-    out[i] = s;
-  }
+    for (int i = 0; i < MX; ++i) {
+      float s = hsum(_mm512_add_ps(_mm512_add_ps(acc[0][r][i], acc[1][r][i]), _mm512_add_ps(acc[2][r][i], acc[3][r][i])));
+      for (int64_t kk = k / 16 * 16; kk < k; ++kk) s += x[i * k + kk] * load_weight<T>(rows[r], kk);
+      out[i][r] = s;
+    }
 }
 
 // The GEMV piece for float_gemv (drivers.h).
 struct GemvGroup {
-  template <DType T, int MX>
-  static void dot_rows(const float* x, int64_t k, const uint8_t* row, int64_t prefetch,
-                       float out[MX]) {
-    detail::dot_rows<T, MX>(x, k, row, prefetch, out);
+  static constexpr int kDecodeRows = 1;  // weight rows per call when m = 1 (one stream)
+  static constexpr int kRows = 2;        // weight rows per call when m > 1
+  template <DType T, int MX, int R>
+  static void dot_rows(const float* x, int64_t k, const uint8_t* const rows[R], int64_t prefetch,
+                       float out[MX][R]) {
+    detail::dot_rows<T, MX, R>(x, k, rows, prefetch, out);
   }
 };
 
