@@ -25,6 +25,7 @@ const char * kUsage =
     "             [--flash-attn auto|on|off] [--kv-type f16|f32] [--no-warmup] [--seed S]\n"
     "  info                                                 version, CPU backend variant (JSON)\n"
     "  quantize   IN.gguf OUT.gguf FTYPE [--threads N] [--pure] [--allow-requantize]\n"
+    "             [--imatrix IMATRIX.gguf]\n"
     "                                                       llama_model_quantize (Q4_K_M, IQ4_XS, ...)\n"
     "  quant-rows TYPE IN.f32 OUT.bin --cols K              ggml_quantize_chunk of f32 rows (q4_K, iq4_nl, ...)\n"
     "  dequant    TYPE IN.bin OUT.f32                       the type's to_float\n"

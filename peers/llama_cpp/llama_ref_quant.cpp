@@ -1,10 +1,12 @@
 // llama_ref quantization commands: llama.cpp's own quantizer as the source of test files, and
 // ggml's row quantizers / dequantizers as the oracle for efim's block layouts.
 //   quantize   IN.gguf OUT.gguf FTYPE [--threads N] [--pure] [--allow-requantize]
-//                                                               llama_model_quantize
+//              [--imatrix IMATRIX.gguf]                         llama_model_quantize
 //   quant-rows TYPE IN.f32 OUT.bin --cols K                     ggml_quantize_chunk (no imatrix)
 //   dequant    TYPE IN.bin OUT.f32                              the type's to_float
 #include "llama_ref_common.h"
+
+#include "gguf.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -60,10 +62,49 @@ void write_file(const std::string & path, const void * data, size_t n) {
     if (std::fclose(f) != 0 || !ok) fail("cannot write '", path, "'");
 }
 
+// An importance matrix in llama-imatrix's GGUF format, as llama-quantize reads it: per matrix
+// NAME, NAME.in_sum2 / NAME.counts per expert (1 where a count is 0).
+struct Imatrix {
+    std::vector<std::string> names;
+    std::vector<std::vector<float>> values;
+    std::vector<llama_model_imatrix_data> entries;  // ends with a null name
+};
+
+void load_imatrix(const std::string & path, Imatrix & im) {
+    ggml_context * data = nullptr;
+    gguf_init_params gp = {/*no_alloc=*/false, /*ctx=*/&data};
+    gguf_context * g = gguf_init_from_file(path.c_str(), gp);
+    if (!g || !data) fail("cannot read the importance matrix '", path, "'");
+    const std::string sums = ".in_sum2";
+    for (int64_t i = 0; i < gguf_get_n_tensors(g); ++i) {
+        const std::string n = gguf_get_tensor_name(g, i);
+        if (n.size() <= sums.size() || n.compare(n.size() - sums.size(), sums.size(), sums) != 0) continue;
+        const std::string base = n.substr(0, n.size() - sums.size());
+        const ggml_tensor * s = ggml_get_tensor(data, n.c_str());
+        const ggml_tensor * c = ggml_get_tensor(data, (base + ".counts").c_str());
+        if (!s || !c || s->type != GGML_TYPE_F32 || c->type != GGML_TYPE_F32)
+            fail(path, ": ", base, " lacks f32 in_sum2 / counts");
+        const int64_t n_mat = ggml_nelements(c), cols = ggml_nelements(s) / n_mat;
+        std::vector<float> v(static_cast<size_t>(n_mat * cols));
+        for (int64_t k = 0; k < n_mat; ++k) {
+            const float count = static_cast<const float *>(c->data)[k];
+            for (int64_t j = 0; j < cols; ++j)
+                v[k * cols + j] = count > 0 ? static_cast<const float *>(s->data)[k * cols + j] / count : 1.0f;
+        }
+        im.names.push_back(base);
+        im.values.push_back(std::move(v));
+    }
+    gguf_free(g);
+    ggml_free(data);
+    for (size_t i = 0; i < im.names.size(); ++i)
+        im.entries.push_back({im.names[i].c_str(), im.values[i].data(), im.values[i].size()});
+    im.entries.push_back({nullptr, nullptr, 0});
+}
+
 }  // namespace
 
 int cmd_quantize(int argc, char ** argv, int first) {
-    const Args a = Args::parse(argc, argv, first, {"--threads"},
+    const Args a = Args::parse(argc, argv, first, {"--threads", "--imatrix"},
                                {"--pure", "--allow-requantize", "--verbose"});
     install_log_filter(a.has("--verbose"));
     llama_backend_init();
@@ -73,6 +114,11 @@ int cmd_quantize(int argc, char ** argv, int first) {
     p.pure = a.has("--pure");
     p.allow_requantize = a.has("--allow-requantize");  // e.g. from a Q8_0 file
     const std::string in = a.pos(0, "IN.gguf"), out = a.pos(1, "OUT.gguf");
+    Imatrix im;
+    if (const std::string path = a.str("--imatrix", ""); !path.empty()) {
+        load_imatrix(path, im);
+        p.imatrix = im.entries.data();
+    }
     if (llama_model_quantize(in.c_str(), out.c_str(), &p) != 0)
         fail("llama_model_quantize failed for '", in, "' -> ", a.pos(2, "FTYPE"));
     std::printf("{\"in\":%s,\"out\":%s,\"ftype\":%s}\n", json_str(in).c_str(), json_str(out).c_str(),

@@ -1,4 +1,5 @@
-// `efim convert HF_DIR -o OUT.gguf [--dtype bf16|...|q4_k_m|q3_k_m|q2_k|iq4_xs] [--set KEY=VALUE ...]`, and
+// `efim convert HF_DIR -o OUT.gguf [--dtype bf16|...|q4_k_m|q3_k_m|q2_k|iq4_xs] [--imatrix FILE]
+// [--set KEY=VALUE ...]`, and
 // `efim convert IN.gguf -o OUT.gguf --set KEY=VALUE ...`: a GGUF copied with its tensors byte
 // for byte and its metadata edited (e.g. --set efim.fragment_tokenization=true declares a
 // fragment-trained model, see infill/healing.h).
@@ -15,7 +16,7 @@ namespace efim::app {
 namespace {
 
 struct ConvertArgs {
-  std::string input, output, dtype = "bf16";
+  std::string input, output, dtype = "bf16", imatrix;
   std::vector<std::string> set;  // KEY=VALUE
 };
 
@@ -65,14 +66,17 @@ void rewrite_gguf(const ConvertArgs& a) {
 }
 
 void run_convert(const ConvertArgs& a) {
-  if (is_gguf_path(a.input)) return rewrite_gguf(a);
-  ConvertResult r;
-  if (a.set.empty()) {
-    r = convert_folder_to_gguf(a.input, a.output, file_type_from_name(a.dtype), true);
-  } else {
-    r = convert_folder_to_gguf(a.input, a.output, file_type_from_name(a.dtype), true,
-                               [&](GgufWriter& w) { apply_sets(a.set, w); });
+  if (is_gguf_path(a.input)) {
+    EFIM_CHECK(a.imatrix.empty(), "convert: --imatrix quantizes from a Hugging Face folder; ",
+               a.input, " is a GGUF (its tensors are copied as they are)");
+    return rewrite_gguf(a);
   }
+  FolderConvertOptions o;
+  o.type = file_type_from_name(a.dtype);
+  o.progress_bar = true;
+  if (!a.set.empty()) o.extra = [&](GgufWriter& w) { apply_sets(a.set, w); };
+  o.imatrix_path = a.imatrix;
+  const ConvertResult r = convert_folder_to_gguf(a.input, a.output, o);
   std::printf("wrote %s: %lld tensors, %s of tensor data (%s)\n", a.output.c_str(),
               static_cast<long long>(r.n_tensors), human_bytes(double(r.tensor_bytes)).c_str(),
               r.config.summary().c_str());
@@ -94,6 +98,9 @@ void register_convert(CLI::App& app) {
                   "q5_k_m, q6_k, iq4_nl, iq4_xs (q3_k, q4_k, q5_k: the _m mixes); llama.cpp's "
                   "rules give each tensor its type")
       ->capture_default_str();
+  cmd->add_option("--imatrix", a->imatrix,
+                  "Importance matrix (llama-imatrix's GGUF or legacy .dat file): the quantized "
+                  "matrices fit their scales to the importance-weighted error");
   cmd->add_option("--set", a->set,
                   "KEY=VALUE metadata to set (true/false, integers, numbers, else a string), "
                   "e.g. efim.fragment_tokenization=true");

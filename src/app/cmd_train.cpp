@@ -265,7 +265,9 @@ void declare_fragment_training(const std::string& out, const std::string& data) 
 // The saved HF folder as <out>/model-<dtype>.gguf, the file `efim serve` takes.
 void write_gguf(const std::string& out, const std::string& dtype) {
   const std::string path = (std::filesystem::path(out) / ("model-" + dtype + ".gguf")).string();
-  const ConvertResult c = convert_folder_to_gguf(out, path, file_type_from_name(dtype), false);
+  FolderConvertOptions co;
+  co.type = file_type_from_name(dtype);
+  const ConvertResult c = convert_folder_to_gguf(out, path, co);
   std::printf("wrote %s: %lld tensors, %s of tensor data\n", path.c_str(),
               static_cast<long long>(c.n_tensors), human_bytes(double(c.tensor_bytes)).c_str());
 }

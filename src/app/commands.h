@@ -9,6 +9,7 @@ void register_inspect(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_convert(CLI::App& app);
+void register_imatrix(CLI::App& app);
 void register_bench_model(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_serve(CLI::App& app);

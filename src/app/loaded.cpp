@@ -34,25 +34,43 @@ Tokenizer load_tokenizer(const std::string& path) {
 }
 
 ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
-                                     FileType type, bool progress_bar,
-                                     const std::function<void(GgufWriter&)>& extra) {
+                                     const FolderConvertOptions& o) {
   ConvertOptions opts;
   opts.input_dir = hf_dir;
   opts.output_path = gguf_path;
-  opts.file_type = type;
+  opts.file_type = o.type;
   Tokenizer tok = load_tokenizer(hf_dir);
-  opts.tokenizer_writer = [&tok, &extra](GgufWriter& w) {
+  opts.tokenizer_writer = [&tok, &o](GgufWriter& w) {
     tok.write_gguf_metadata(w);
-    if (extra) extra(w);
+    if (o.extra) o.extra(w);
   };
+  ImportanceMatrix imatrix;
+  if (!o.imatrix_path.empty()) {
+    imatrix = read_imatrix(o.imatrix_path);
+    opts.imatrix = &imatrix;
+    opts.imatrix_label = std::filesystem::path(o.imatrix_path).filename().string();
+  }
   std::unique_ptr<ProgressBar> bar;
-  if (progress_bar)
+  if (o.progress_bar)
     opts.progress = [&bar](int64_t done, int64_t total, const std::string& name) {
       if (!bar) bar = std::make_unique<ProgressBar>(total, ProgressOptions{"converting", "tensors"});
       bar->set_note(name);
       bar->update(static_cast<uint64_t>(done));
     };
-  return convert_hf_to_gguf(opts);
+  ConvertResult r = convert_hf_to_gguf(opts);
+  if (opts.imatrix) {
+    bar.reset();
+    std::printf("importance matrix %s (%zu entries%s%s): %lld matrices weighted", o.imatrix_path.c_str(),
+                imatrix.entries.size(), imatrix.legacy ? ", legacy format" : "",
+                imatrix.datasets.empty() ? "" : (", dataset " + imatrix.datasets[0]).c_str(),
+                static_cast<long long>(r.imatrix_used));
+    if (!r.imatrix_missing.empty()) {
+      std::printf(", %zu without an entry (quantized as without one):", r.imatrix_missing.size());
+      for (const std::string& n : r.imatrix_missing) std::printf(" %s", n.c_str());
+    }
+    std::printf("\n");
+  }
+  return r;
 }
 
 namespace {

@@ -28,12 +28,18 @@ LoadedModel load_model(const std::string& path, int n_threads);
 // count, llama.cpp's file type name (general.file_type, else the most common matrix dtype).
 ModelCard model_card(const std::string& path, const Model& model);
 
+struct FolderConvertOptions {
+  FileType type = FileType::BF16;  // llama.cpp's rules give each matrix its type
+  bool progress_bar = false;
+  std::function<void(GgufWriter&)> extra;  // more metadata after the model's and tokenizer's
+  std::string imatrix_path;  // llama-imatrix's file (GGUF or legacy .dat); empty: none
+};
+
 // A HF folder (config.json, safetensors, tokenizer.json) as a GGUF with the tokenizer's
-// metadata, matrices as `type` says, with a progress bar when `progress_bar` is set; `extra` may
-// set more metadata after the model's and the tokenizer's.
+// metadata, matrices as the options say. With an importance matrix, prints how many matrices
+// it weighted and names those it had no entry for.
 ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
-                                     FileType type, bool progress_bar,
-                                     const std::function<void(GgufWriter&)>& extra = {});
+                                     const FolderConvertOptions& o);
 
 // --speculative ngram|off with --draft-min / --draft-max, as the engine's options; throws Error
 // naming the option for a bad value.

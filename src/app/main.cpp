@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   efim::app::register_tokenize(app);
   efim::app::register_generate(app);
   efim::app::register_convert(app);
+  efim::app::register_imatrix(app);
   efim::app::register_bench_model(app);
   efim::app::register_logits(app);
   efim::app::register_serve(app);

@@ -179,10 +179,10 @@ DType fallback(DType t) {
 }
 
 // llama.cpp's type for a matrix of the layers (llama_tensor_get_type_impl, for the file types
-// above, without an importance matrix; of its special cases only the 70B type applies to
+// above, with or without an importance matrix; of its special cases only the 70B type applies to
 // efim's architectures). The layer index counts attn_v and ffn_down tensors as llama.cpp's
 // i_attention_wv / i_ffn_down do: one per layer.
-DType layer_rule(FileType ft, const ModelConfig& c, const Job& job, DType t) {
+DType layer_rule(FileType ft, const ModelConfig& c, const Job& job, DType t, bool imatrix) {
   using F = FileType;
   const int64_t i = job.layer, n = c.n_layers;
   const bool gqa4 = c.n_heads / c.n_kv_heads >= 4, eight_experts = c.n_experts == 8;
@@ -207,9 +207,12 @@ DType layer_rule(FileType ft, const ModelConfig& c, const Job& job, DType t) {
     else if (ft == F::Q3_K_M) t = i < n / 16 ? DType::Q5_K : DType::Q4_K;
     else if (ft == F::Q3_K_L) t = DType::Q5_K;
     else if (ft == F::Q4_K_M) t = use_more_bits(i, n) ? DType::Q6_K : t;
-    else if (i < n / 8 && (ft == F::IQ4_NL || ft == F::IQ4_XS)) t = DType::Q5_K;
+    else if (i < n / 8 && (ft == F::IQ4_NL || ft == F::IQ4_XS) && !imatrix) t = DType::Q5_K;
     else if (ft == F::Q5_K_M && use_more_bits(i, n)) t = DType::Q6_K;
     else if (ft == F::Q4_K_S && i < n / 8) t = DType::Q5_K;
+    // With an importance matrix llama.cpp guards the first ffn_down layers of Q4_0 / Q5_0 files.
+    else if ((ft == F::Q4_0 || ft == F::Q5_0) && imatrix && i < n / 8)
+      t = ft == F::Q4_0 ? DType::Q4_1 : DType::Q5_1;
   } else if (role == "o") {  // attn_output
     if (eight_experts) {
       if (ft == F::Q2_K || ft == F::Q3_K_S || ft == F::Q3_K_M || ft == F::IQ4_NL ||
@@ -236,7 +239,7 @@ DType choose_dtype(const ConvertOptions& o, const ModelConfig& c, const Job& job
   if (job.output) {  // the output matrix (or the tied embedding) keeps more bits
     if (want != DType::Q8_0) want = DType::Q6_K;
   } else if (o.file_type && job.layer >= 0) {
-    want = layer_rule(*o.file_type, c, job, want);
+    want = layer_rule(*o.file_type, c, job, want, o.imatrix != nullptr);
   }
   while (is_quantized(want) && shape.back() % dtype_info(want).block_elems != 0)
     want = fallback(want);
@@ -259,6 +262,34 @@ uint32_t ggml_file_type(const ConvertOptions& o) {
         if (r.base == o.out_dtype) return static_cast<uint32_t>(r.type);
       fail("convert: cannot write dtype ", dtype_name(o.out_dtype));
   }
+}
+
+// f32 [shape] in dtype dt, weighted by o.imatrix's entry for the tensor when there is one (a
+// quantized type that uses it; the stacked experts each by their own row of the entry).
+std::vector<uint8_t> quantize_with_importance(const ConvertOptions& o, ConvertResult& res,
+                                              const std::string& name,
+                                              const std::vector<int64_t>& shape,
+                                              const std::vector<float>& f32, DType dt) {
+  const auto n = static_cast<int64_t>(f32.size());
+  if (!o.imatrix || shape.size() < 2 || !is_quantized(dt) || dt == DType::Q8_0)
+    return quantize(f32.data(), n, dt);
+  const ImportanceMatrix::Entry* e = o.imatrix->find(name);
+  if (!e) {
+    res.imatrix_missing.push_back(name);
+    return quantize(f32.data(), n, dt);
+  }
+  const int64_t mats = shape.size() == 3 ? shape[0] : 1, cols = shape.back();
+  EFIM_CHECK(e->n_mat == mats && e->cols() == cols, "convert: the importance matrix's entry ",
+             name, " covers ", e->n_mat, " matrices of ", e->cols(), " columns; the tensor has ",
+             mats, " of ", cols);
+  ++res.imatrix_used;
+  std::vector<uint8_t> out;
+  const int64_t per = n / mats;
+  for (int64_t m = 0; m < mats; ++m) {  // whole rows of whole blocks each
+    const std::vector<uint8_t> part = quantize(f32.data() + m * per, per, dt, e->of(m));
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
 }
 
 }  // namespace
@@ -284,6 +315,12 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   if (!c.eos_tokens.empty())
     w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_tokens[0]));
   if (o.tokenizer_writer) o.tokenizer_writer(w);
+  if (o.imatrix) {  // the keys llama-quantize writes
+    w.set_string("quantize.imatrix.file", o.imatrix_label);
+    w.set_u32("quantize.imatrix.entries_count", static_cast<uint32_t>(o.imatrix->entries.size()));
+    if (!o.imatrix->datasets.empty())
+      w.set_string("quantize.imatrix.dataset", o.imatrix->datasets.front());
+  }
 
   if (c.rope_scaling.type == RopeScalingType::Llama3) {
     // GGUF stores llama3 scaling as per-frequency divisors of the unscaled inverse frequencies.
@@ -326,7 +363,7 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
     if (job.add != 0.0f)
       for (float& v : f32) v += job.add;
     const DType dt = choose_dtype(o, c, job, shape);
-    std::vector<uint8_t> bytes = quantize(f32.data(), static_cast<int64_t>(f32.size()), dt);
+    std::vector<uint8_t> bytes = quantize_with_importance(o, res, job.gguf, shape, f32, dt);
     w.add_tensor(job.gguf, dt, shape, bytes.data(), bytes.size());
     res.tensor_bytes += bytes.size();
     ++res.n_tensors;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "format/imatrix.h"
 #include "model/config.h"
 #include "tensor/dtype.h"
 
@@ -46,6 +47,12 @@ struct ConvertOptions {
   // Adds the tokenizer.* metadata (e.g. Tokenizer::write_gguf_metadata); optional. It runs after
   // the model keys, so it may override tokenizer.ggml.bos/eos_token_id taken from config.json.
   std::function<void(GgufWriter&)> tokenizer_writer;
+  // An importance matrix (llama-imatrix's file, format/imatrix.h): each quantized matrix with an
+  // entry fits its scales to the importance-weighted error (quantize()); matrices without one
+  // (the token embedding, and any the calibration run did not reach) are quantized as without.
+  // Null: none.
+  const ImportanceMatrix* imatrix = nullptr;
+  std::string imatrix_label;  // the file's name, for the GGUF's quantize.imatrix.file key
   // Called after each tensor is converted: (tensors done, total, name). Optional.
   std::function<void(int64_t, int64_t, const std::string&)> progress;
 };
@@ -54,6 +61,8 @@ struct ConvertResult {
   ModelConfig config;  // as written (rope pairing of the GGUF)
   int64_t n_tensors = 0;
   uint64_t tensor_bytes = 0;  // bytes of tensor data written
+  int64_t imatrix_used = 0;   // quantized matrices weighted by the importance matrix
+  std::vector<std::string> imatrix_missing;  // quantized matrices it had no entry for
 };
 
 ConvertResult convert_hf_to_gguf(const ConvertOptions& opts);

@@ -122,6 +122,7 @@ void Model::attention_block(int64_t layer, const Batch& b, KvCache& kv) {
   const FusedLayer& f = fused_[layer];
   const int64_t n = b.size(), hd = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
   const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  observe(MatmulSite::kAttnIn, layer, -1, s_.xn.data(), n, c.hidden);
   matmul(s_.xn.data(), n, f.qkv, s_.qkv.data());  // [n, q_dim + 2 kv_dim]
   // Per token: bias, RoPE on its q and k heads together, K/V into the token's cache slot.
   for_rows(*pool_, n, [&](int64_t i) {
@@ -157,6 +158,7 @@ void Model::attention_block(int64_t layer, const Batch& b, KvCache& kv) {
   a.seqs = &s_.seqs;
   a.window = c.sliding_window;
   ops::attention(*pool_, a, s_.attention);
+  observe(MatmulSite::kAttnOut, layer, -1, s_.att.data(), n, q_dim);
   matmul(s_.att.data(), n, w.wo, s_.proj.data());  // [n, hidden]
   if (c.o_bias) ops::add_bias(s_.proj.data(), w.bo.data(), n, c.hidden);
 }
@@ -166,6 +168,7 @@ void Model::mlp_block(int64_t layer, int64_t n) {
   const ModelConfig& c = config_;
   const int64_t inter = c.intermediate;
   const LayerWeights& w = weights_.layers[layer];
+  observe(MatmulSite::kFfnIn, layer, -1, s_.xn.data(), n, c.hidden);
   if (c.mlp == MlpKind::Gelu) {  // [n, intermediate] = gelu(Wup . xn + bup), then Wdown + bdown
     matmul(s_.xn.data(), n, fused_[layer].gate_up, s_.gate_up.data());
     for_rows(*pool_, n, [&](int64_t r) {
@@ -173,6 +176,7 @@ void Model::mlp_block(int64_t layer, int64_t n) {
       if (c.mlp_bias) ops::add_inplace(u, w.b_up.data(), inter);
       ops::gelu_tanh(u, inter);
     });
+    observe(MatmulSite::kFfnDownIn, layer, -1, s_.gate_up.data(), n, inter);
     matmul(s_.gate_up.data(), n, w.w_down, s_.proj.data());  // [n, hidden]
     if (c.mlp_bias) ops::add_bias(s_.proj.data(), w.b_down.data(), n, c.hidden);
     return;
@@ -188,6 +192,7 @@ void Model::mlp_block(int64_t layer, int64_t n) {
       ops::silu_mul(gate, gate + inter, inter);
     if (n > 1) std::copy_n(gate, inter, &s_.act[r * inter]);
   });
+  observe(MatmulSite::kFfnDownIn, layer, -1, act, n, inter);
   matmul(act, n, w.w_down, s_.proj.data());  // [n, hidden]
 }
 
@@ -201,6 +206,7 @@ void Model::moe_block(int64_t layer, int64_t n) {
   resize(s_.router, n * E);
   s_.route.resize(static_cast<size_t>(n * k));
   s_.route_w.resize(static_cast<size_t>(n * k));
+  observe(MatmulSite::kFfnIn, layer, -1, s_.xn.data(), n, H);
   matmul(s_.xn.data(), n, w.router, s_.router.data());  // [n, E]
   for_rows(*pool_, n, [&](int64_t i) {
     float* p = &s_.router[i * E];
@@ -250,9 +256,11 @@ void Model::moe_block(int64_t layer, int64_t n) {
     resize(s_.eg, m * ff);
     resize(s_.eu, m * ff);
     resize(s_.ey, m * H);
+    observe(MatmulSite::kExpertIn, layer, e, xe, m, H);
     matmul(xe, m, w.expert_gate[e], s_.eg.data());  // [m, ff]
     matmul(xe, m, w.expert_up[e], s_.eu.data());    // [m, ff]
     ops::silu_mul(s_.eg.data(), s_.eu.data(), m * ff);  // rows side by side in both
+    observe(MatmulSite::kExpertDownIn, layer, e, s_.eg.data(), m, ff);
     matmul(s_.eg.data(), m, w.expert_down[e], s_.ey.data());  // [m, H]
     for (int64_t r = 0; r < m; ++r) {
       float* out = &s_.proj[tok[r] * H];
@@ -279,7 +287,11 @@ void Model::moe_one_token(int64_t layer) {
     s_.jobs.push_back({s_.xn.data(), 1, w.expert_up[e], &s_.eu[j * ff]});
   }
   matmul_jobs(s_.jobs);
-  for (int64_t j = 0; j < k; ++j) ops::silu_mul(&s_.eg[j * ff], &s_.eu[j * ff], ff);
+  for (int64_t j = 0; j < k; ++j) {
+    ops::silu_mul(&s_.eg[j * ff], &s_.eu[j * ff], ff);
+    observe(MatmulSite::kExpertIn, layer, s_.route[j], s_.xn.data(), 1, H);
+    observe(MatmulSite::kExpertDownIn, layer, s_.route[j], &s_.eg[j * ff], 1, ff);
+  }
   s_.jobs.clear();
   for (int64_t j = 0; j < k; ++j)  // [H] down of expert route[j] at row j
     s_.jobs.push_back({&s_.eg[j * ff], 1, w.expert_down[s_.route[j]], &s_.ey[j * H]});
@@ -380,6 +392,7 @@ void Model::forward(const Batch& b, KvCache& kv, float* logits) {
     norm_row(&s_.x[b.logits_rows[j] * H], weights_.output_norm, weights_.output_norm_b,
              &s_.xn[j * H]);
   });
+  observe(MatmulSite::kOutput, -1, -1, s_.xn.data(), n_out, H);
   matmul(s_.xn.data(), n_out, weights_.output, logits);  // [n_out, vocab]
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,7 +54,21 @@ class Model {
   void forward(const Batch& batch, KvCache& kv, float* logits);
   std::vector<float> forward(const Batch& batch, KvCache& kv);
 
+  // The input rows of every matmul of the forward pass, by where they enter (for activation
+  // statistics: efim imatrix). x is [m, cols] f32; expert: the expert of kExpertIn /
+  // kExpertDownIn, else -1. Inputs shared by several matrices are reported once: kAttnIn feeds
+  // q, k and v; kFfnIn gate and up (c_fc for the GELU MLP) and the experts' router.
+  enum class MatmulSite { kAttnIn, kAttnOut, kFfnIn, kFfnDownIn, kExpertIn, kExpertDownIn, kOutput };
+  using MatmulObserver = std::function<void(MatmulSite site, int64_t layer, int64_t expert,
+                                            const float* x, int64_t m, int64_t cols)>;
+  // Null: none (the default; the forward pass then pays one branch per matmul).
+  void set_matmul_observer(MatmulObserver o) { observer_ = std::move(o); }
+
  private:
+  void observe(MatmulSite site, int64_t layer, int64_t expert, const float* x, int64_t m,
+               int64_t cols) const {
+    if (observer_) observer_(site, layer, expert, x, m, cols);
+  }
   Model() = default;
   void validate(const Batch& batch, const KvCache& kv) const;
   void attention_block(int64_t layer, const Batch& batch, KvCache& kv);
@@ -111,6 +126,7 @@ class Model {
     return b >= fused_arena_.data() && b < fused_arena_.data() + fused_arena_.size();
   }
   size_t discarded_bytes_ = 0;  // bytes of fused parts given back to the system
+  MatmulObserver observer_;
 
   // Activations of the current step, reused across calls. n = tokens in the step.
   struct Scratch {

@@ -112,9 +112,19 @@ void dequantize_row_q4_k(const BlockQ4_K* in, int64_t n, float* out) {
   }
 }
 
-std::vector<uint8_t> quantize(const float* x, int64_t n, DType t) {
+std::vector<uint8_t> quantize(const float* x, int64_t n, DType t,
+                              std::span<const float> importance) {
   EFIM_CHECK(n >= 0, "quantize: negative element count ", n);
   std::vector<uint8_t> out(dtype_row_bytes(t, static_cast<uint64_t>(n)));
+  if (!importance.empty() && is_quantized(t) && t != DType::Q8_0) {
+    const auto cols = static_cast<int64_t>(importance.size());
+    EFIM_CHECK(n % cols == 0 && cols % dtype_info(t).block_elems == 0, "quantize: importance of ",
+               cols, " columns for ", n, " elements of ", dtype_name(t),
+               " (rows must be whole, and whole blocks of ", dtype_info(t).block_elems, ")");
+    for (float v : importance)
+      EFIM_CHECK(std::isfinite(v) && v >= 0, "quantize: importance ", v, " is not finite and >= 0");
+    if (quantize_more_blocks(x, n, t, out.data(), importance)) return out;
+  }
   switch (t) {
     case DType::F32:
       if (n > 0) std::memcpy(out.data(), x, out.size());
@@ -126,7 +136,7 @@ std::vector<uint8_t> quantize(const float* x, int64_t n, DType t) {
         std::memcpy(out.data() + 2 * i, &h, 2);
       }
       break;
-    case DType::Q8_0:
+    case DType::Q8_0:  // importance changes nothing (nor does it in llama.cpp)
       quantize_row_q8_0(x, n, reinterpret_cast<BlockQ8_0*>(out.data()));
       break;
     case DType::Q4_0:

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "tensor/dtype.h"
@@ -141,8 +142,12 @@ void q4k_scale_min(const uint8_t scales[12], int s, uint8_t* scale, uint8_t* min
 
 // ---- whole tensors of n elements (rows concatenated; n a multiple of the block size) ----
 // quantize supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (ggml's reference rounding)
-// and Q4_K, Q5_K, Q6_K (a scale search of efim's own, quant_k.cpp) targets.
-std::vector<uint8_t> quantize(const float* x, int64_t n, DType t);
+// and Q2_K..Q6_K, IQ4_NL, IQ4_XS (a scale search of efim's own, quant_k.cpp) targets.
+// importance: empty, or one weight >= 0 per column of rows of importance.size() elements (an
+// importance matrix's entry for this tensor): the quantized types but Q8_0 then fit their scales
+// to the importance-weighted error (Q4_0..Q5_1 search instead of ggml's reference rounding).
+std::vector<uint8_t> quantize(const float* x, int64_t n, DType t,
+                              std::span<const float> importance = {});
 // dequantize supports every dtype except I32 and I8 (Error for those); data holds
 // dtype_row_bytes(t, n) bytes. Each block type's formula is the one ggml's dequantizer uses,
 // in the same float operations, so the results equal llama.cpp's bit for bit.

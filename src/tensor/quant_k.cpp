@@ -13,9 +13,17 @@
 //   3. Every element is rounded once more against its quantized scale and min.
 // Not byte-equal to llama.cpp's quantizer (its search differs in detail); its errors are tested
 // against ggml's on the same data (tests/backend/quant_test.cpp).
+//
+// Importance (an importance matrix, llama.cpp's imatrix: the mean square of each input column's
+// activations): the search weights become w_i = imp_i * sqrt(2 rms^2 + x_i^2) (imp_i: the
+// importance of element i's column; llama.cpp's form, which measured 1-4% below rms + |x_i|
+// times imp_i in weighted error), so the fits favour the columns a dot product leans on. The 32-element types, ggml's reference
+// rounding without importance, then search too: Q4_0 / Q5_0 a signed scale (the K-quants'
+// fit_scale_signed), Q4_1 / Q5_1 a scale and free offset, both by weighted least squares.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "base/error.h"
 #include "tensor/quant.h"
@@ -46,9 +54,23 @@ float signed_extreme(const float* v, int n) {
   return max;
 }
 
-// The search weights of n elements: w_i = rms + |x_i| (rms of the whole super-block).
-void search_weights(const float* x, int n, float rms, float* w) {
-  for (int i = 0; i < n; ++i) w[i] = rms + std::fabs(x[i]);
+// The importance of each element of a tensor of rows of `cols` elements: imp[column] (empty: none).
+struct Importance {
+  const float* w = nullptr;  // [cols]
+  int64_t cols = 0;
+  // The importance of the elements from `offset` on (a block never crosses a row), or null.
+  const float* at(int64_t offset) const { return w ? w + offset % cols : nullptr; }
+};
+const float* offset_or_null(const float* p, int64_t by) { return p ? p + by : nullptr; }
+
+// The search weights of n elements: w_i = (rms + |x_i|) * qw_i (rms of the whole super-block;
+// qw: the elements' importance, null for none).
+void search_weights(const float* x, int n, float rms, float* w, const float* qw) {
+  if (!qw) {
+    for (int i = 0; i < n; ++i) w[i] = rms + std::fabs(x[i]);
+    return;
+  }
+  for (int i = 0; i < n; ++i) w[i] = qw[i] * std::sqrt(2 * rms * rms + x[i] * x[i]);
 }
 
 // Unsigned levels 0..nmax with x ~= scale * l - m (m >= 0): the search of step 1.
@@ -136,14 +158,14 @@ void pack_k4_scales(const uint8_t sc[8], const uint8_t mn[8], uint8_t out[12]) {
 }
 
 // Steps 1-3 for Q4_K (nmax 15) and Q5_K (nmax 31): levels q[256], packed scales, d, dmin.
-void quantize_k4_superblock(const float* x, int nmax, uint8_t q[256], uint8_t scales[12],
-                            uint16_t& d_out, uint16_t& dmin_out) {
+void quantize_k4_superblock(const float* x, const float* qw, int nmax, uint8_t q[256],
+                            uint8_t scales[12], uint16_t& d_out, uint16_t& dmin_out) {
   const float av = rms_of(x, 256);
   float w[32];
   ScaleMin fit[8];
   float max_scale = 0, max_m = 0;
   for (int s = 0; s < 8; ++s) {
-    search_weights(x + 32 * s, 32, av, w);
+    search_weights(x + 32 * s, 32, av, w, offset_or_null(qw, 32 * s));
     fit[s] = fit_scale_min(x + 32 * s, w, 32, nmax);
     max_scale = std::max(max_scale, fit[s].scale);
     max_m = std::max(max_m, fit[s].m);
@@ -164,22 +186,22 @@ void quantize_k4_superblock(const float* x, int nmax, uint8_t q[256], uint8_t sc
   pack_k4_scales(sc, mn, scales);
 }
 
-void quantize_q4_k(const float* x, int64_t nb, BlockQ4_K* out) {
+void quantize_q4_k(const float* x, int64_t nb, BlockQ4_K* out, const Importance& imp) {
   for (int64_t b = 0; b < nb; ++b, x += 256) {
     uint8_t q[256];
     BlockQ4_K& o = out[b];
-    quantize_k4_superblock(x, 15, q, o.scales, o.d, o.dmin);
+    quantize_k4_superblock(x, imp.at(b * 256), 15, q, o.scales, o.d, o.dmin);
     for (int c = 0; c < 4; ++c)  // 64 elements: low nibbles, then high nibbles
       for (int l = 0; l < 32; ++l)
         o.qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
   }
 }
 
-void quantize_q5_k(const float* x, int64_t nb, BlockQ5_K* out) {
+void quantize_q5_k(const float* x, int64_t nb, BlockQ5_K* out, const Importance& imp) {
   for (int64_t b = 0; b < nb; ++b, x += 256) {
     uint8_t q[256];
     BlockQ5_K& o = out[b];
-    quantize_k4_superblock(x, 31, q, o.scales, o.d, o.dmin);
+    quantize_k4_superblock(x, imp.at(b * 256), 31, q, o.scales, o.d, o.dmin);
     std::memset(o.qh, 0, sizeof o.qh);
     for (int c = 0; c < 4; ++c) {
       for (int l = 0; l < 32; ++l) {
@@ -191,13 +213,13 @@ void quantize_q5_k(const float* x, int64_t nb, BlockQ5_K* out) {
   }
 }
 
-void quantize_q6_k(const float* x, int64_t nb, BlockQ6_K* out) {
+void quantize_q6_k(const float* x, int64_t nb, BlockQ6_K* out, const Importance& imp) {
   for (int64_t b = 0; b < nb; ++b, x += 256) {
     BlockQ6_K& o = out[b];
     const float av = rms_of(x, 256);
     float w[16], scale[16];
     for (int j = 0; j < 16; ++j) {
-      search_weights(x + 16 * j, 16, av, w);
+      search_weights(x + 16 * j, 16, av, w, imp.at(b * 256 + 16 * j));
       scale[j] = fit_scale_signed(x + 16 * j, w, 16, 32);
     }
     const float max = signed_extreme(scale, 16);
@@ -234,14 +256,14 @@ void pack_q3k_scale(int j, int ls, uint8_t scales[12]) {  // inverse of q3k_scal
   scales[8 + j % 4] = static_cast<uint8_t>(scales[8 + j % 4] | ((ls >> 4) << (2 * (j / 4))));
 }
 
-void quantize_q3_k(const float* x, int64_t nb, BlockQ3_K* out) {
+void quantize_q3_k(const float* x, int64_t nb, BlockQ3_K* out, const Importance& imp) {
   for (int64_t b = 0; b < nb; ++b, x += 256) {
     BlockQ3_K& o = out[b];
     std::memset(&o, 0, sizeof o);
     const float av = rms_of(x, 256);
     float w[16], scale[16];
     for (int j = 0; j < 16; ++j) {
-      search_weights(x + 16 * j, 16, av, w);
+      search_weights(x + 16 * j, 16, av, w, imp.at(b * 256 + 16 * j));
       scale[j] = fit_scale_signed(x + 16 * j, w, 16, 4);
     }
     const float max = signed_extreme(scale, 16);
@@ -263,7 +285,7 @@ void quantize_q3_k(const float* x, int64_t nb, BlockQ3_K* out) {
 
 // Q2_K: per sub-block of 16 a scale and min with levels 0..3 (Q4_K's search), both as 4-bit
 // multiples of their super-scales.
-void quantize_q2_k(const float* x, int64_t nb, BlockQ2_K* out) {
+void quantize_q2_k(const float* x, int64_t nb, BlockQ2_K* out, const Importance& imp) {
   for (int64_t b = 0; b < nb; ++b, x += 256) {
     BlockQ2_K& o = out[b];
     std::memset(&o, 0, sizeof o);
@@ -272,7 +294,7 @@ void quantize_q2_k(const float* x, int64_t nb, BlockQ2_K* out) {
     ScaleMin fit[16];
     float max_scale = 0, max_m = 0;
     for (int j = 0; j < 16; ++j) {
-      search_weights(x + 16 * j, 16, av, w);
+      search_weights(x + 16 * j, 16, av, w, imp.at(b * 256 + 16 * j));
       fit[j] = fit_scale_min(x + 16 * j, w, 16, 3);
       max_scale = std::max(max_scale, fit[j].scale);
       max_m = std::max(max_m, fit[j].m);
@@ -331,10 +353,10 @@ void iq4_codes(const float* x, float scale, uint8_t qs[16]) {  // 32 elements as
     qs[j] = static_cast<uint8_t>(iq4_nearest(x[j] * inv) | (iq4_nearest(x[j + 16] * inv) << 4));
 }
 
-void quantize_iq4_nl(const float* x, int64_t nb, BlockIQ4_NL* out) {
+void quantize_iq4_nl(const float* x, int64_t nb, BlockIQ4_NL* out, const Importance& imp) {
   for (int64_t b = 0; b < nb; ++b, x += 32) {
     float w[32];
-    search_weights(x, 32, rms_of(x, 32), w);
+    search_weights(x, 32, rms_of(x, 32), w, imp.at(b * 32));
     out[b].d = f32_to_f16(fit_scale_iq4(x, w, 32));
     iq4_codes(x, f16_to_f32(out[b].d), out[b].qs);
   }
@@ -342,14 +364,14 @@ void quantize_iq4_nl(const float* x, int64_t nb, BlockIQ4_NL* out) {
 
 // IQ4_XS: each sub-block of 32's scale as a signed 6-bit multiple of one super-scale (the
 // largest at -32), then its codes against that scale.
-void quantize_iq4_xs(const float* x, int64_t nb, BlockIQ4_XS* out) {
+void quantize_iq4_xs(const float* x, int64_t nb, BlockIQ4_XS* out, const Importance& imp) {
   for (int64_t b = 0; b < nb; ++b, x += 256) {
     BlockIQ4_XS& o = out[b];
     std::memset(&o, 0, sizeof o);
     const float av = rms_of(x, 256);
     float w[32], scale[8];
     for (int j = 0; j < 8; ++j) {
-      search_weights(x + 32 * j, 32, av, w);
+      search_weights(x + 32 * j, 32, av, w, imp.at(b * 256 + 32 * j));
       scale[j] = fit_scale_iq4(x + 32 * j, w, 32);
     }
     const float max = signed_extreme(scale, 8);
@@ -377,10 +399,66 @@ void min_max_levels(const float* x, int nmax, Block& o, int q[32]) {
   for (int j = 0; j < 32; ++j) q[j] = std::min(nmax, static_cast<int>((x[j] - lo) * id + 0.5f));
 }
 
-void quantize_q4_1(const float* x, int64_t nb, BlockQ4_1* out) {
+// With importance: levels 0..nmax through [lo, hi] stretched a little, then x ~= d l + m by
+// weighted least squares (m free: Q4_1 / Q5_1 store any offset); the lowest weighted error wins.
+template <class Block>
+void weighted_min_levels(const float* x, const float* qw, int nmax, Block& o, int q[32]) {
+  const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
+  float w[32];
+  search_weights(x, 32, rms_of(x, 32), w, qw);
+  float d = 0, m = lo;
+  if (hi > lo) {
+    double best_err = INFINITY;
+    for (int step = -10; step <= 10; ++step) {
+      const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(step)) / (hi - lo);
+      double sw = 0, sl = 0, sll = 0, sx = 0, slx = 0;
+      for (int i = 0; i < 32; ++i) {
+        const double l = round_clamp(iscale * (x[i] - lo), 0, nmax);
+        sw += w[i], sl += w[i] * l, sll += w[i] * l * l, sx += w[i] * x[i], slx += w[i] * l * x[i];
+      }
+      const double det = sw * sll - sl * sl;
+      if (det <= 0) continue;
+      const double scale = (sw * slx - sx * sl) / det, offset = (sll * sx - sl * slx) / det;
+      if (scale <= 0) continue;
+      double err = 0;
+      for (int i = 0; i < 32; ++i) {
+        const double e = scale * round_clamp(iscale * (x[i] - lo), 0, nmax) + offset - x[i];
+        err += w[i] * e * e;
+      }
+      if (err < best_err) best_err = err, d = static_cast<float>(scale), m = static_cast<float>(offset);
+    }
+  }
+  o.d = f32_to_f16(d);
+  o.m = f32_to_f16(m);
+  const float dq = f16_to_f32(o.d), mq = f16_to_f32(o.m);
+  for (int j = 0; j < 32; ++j) q[j] = dq > 0 ? round_clamp((x[j] - mq) / dq, 0, nmax) : 0;
+}
+
+void quantize_q4_1(const float* x, int64_t nb, BlockQ4_1* out, const Importance& imp) {
   for (int64_t b = 0; b < nb; ++b, x += 32) {
     int q[32];
-    min_max_levels(x, 15, out[b], q);
+    if (imp.w)
+      weighted_min_levels(x, imp.at(b * 32), 15, out[b], q);
+    else
+      min_max_levels(x, 15, out[b], q);
+    for (int j = 0; j < 16; ++j) out[b].qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+  }
+}
+
+// With importance, Q4_0 (nmax 8) and Q5_0 (nmax 16): x ~= d (q - nmax), d from fit_scale_signed.
+template <class Block>
+void weighted_signed_levels(const float* x, const float* qw, int nmax, Block& o, int q[32]) {
+  float w[32];
+  search_weights(x, 32, rms_of(x, 32), w, qw);
+  o.d = f32_to_f16(fit_scale_signed(x, w, 32, nmax));
+  const float dq = f16_to_f32(o.d);
+  for (int j = 0; j < 32; ++j) q[j] = (dq != 0 ? round_clamp(x[j] / dq, -nmax, nmax - 1) : 0) + nmax;
+}
+
+void quantize_q4_0_weighted(const float* x, int64_t nb, BlockQ4_0* out, const Importance& imp) {
+  for (int64_t b = 0; b < nb; ++b, x += 32) {
+    int q[32];
+    weighted_signed_levels(x, imp.at(b * 32), 8, out[b], q);
     for (int j = 0; j < 16; ++j) out[b].qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
   }
 }
@@ -396,21 +474,28 @@ void pack_q5(const int q[32], Block& o) {
   std::memcpy(o.qh, &h, 4);
 }
 
-void quantize_q5_0(const float* x, int64_t nb, BlockQ5_0* out) {
+void quantize_q5_0(const float* x, int64_t nb, BlockQ5_0* out, const Importance& imp) {
   for (int64_t b = 0; b < nb; ++b, x += 32) {
-    const float max = signed_extreme(x, 32);
-    const float d = max / -16.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    out[b].d = f32_to_f16(d);
     int q[32];
-    for (int j = 0; j < 32; ++j) q[j] = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+    if (imp.w) {
+      weighted_signed_levels(x, imp.at(b * 32), 16, out[b], q);
+    } else {
+      const float max = signed_extreme(x, 32);
+      const float d = max / -16.0f, id = d != 0 ? 1.0f / d : 0.0f;
+      out[b].d = f32_to_f16(d);
+      for (int j = 0; j < 32; ++j) q[j] = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+    }
     pack_q5(q, out[b]);
   }
 }
 
-void quantize_q5_1(const float* x, int64_t nb, BlockQ5_1* out) {
+void quantize_q5_1(const float* x, int64_t nb, BlockQ5_1* out, const Importance& imp) {
   for (int64_t b = 0; b < nb; ++b, x += 32) {
     int q[32];
-    min_max_levels(x, 31, out[b], q);
+    if (imp.w)
+      weighted_min_levels(x, imp.at(b * 32), 31, out[b], q);
+    else
+      min_max_levels(x, 31, out[b], q);
     pack_q5(q, out[b]);
   }
 }
@@ -422,29 +507,35 @@ Block* blocks(void* p) {
 
 }  // namespace
 
-bool quantize_more_blocks(const float* x, int64_t n, DType t, void* out) {
+bool quantize_more_blocks(const float* x, int64_t n, DType t, void* out,
+                          std::span<const float> importance) {
   const int64_t nb = n / dtype_info(t).block_elems;
+  const Importance imp{importance.empty() ? nullptr : importance.data(),
+                       static_cast<int64_t>(importance.size())};
   switch (t) {
     case DType::Q4_K:
-      return quantize_q4_k(x, nb, blocks<BlockQ4_K>(out)), true;
+      return quantize_q4_k(x, nb, blocks<BlockQ4_K>(out), imp), true;
     case DType::Q5_K:
-      return quantize_q5_k(x, nb, blocks<BlockQ5_K>(out)), true;
+      return quantize_q5_k(x, nb, blocks<BlockQ5_K>(out), imp), true;
     case DType::Q6_K:
-      return quantize_q6_k(x, nb, blocks<BlockQ6_K>(out)), true;
+      return quantize_q6_k(x, nb, blocks<BlockQ6_K>(out), imp), true;
     case DType::Q3_K:
-      return quantize_q3_k(x, nb, blocks<BlockQ3_K>(out)), true;
+      return quantize_q3_k(x, nb, blocks<BlockQ3_K>(out), imp), true;
     case DType::Q2_K:
-      return quantize_q2_k(x, nb, blocks<BlockQ2_K>(out)), true;
+      return quantize_q2_k(x, nb, blocks<BlockQ2_K>(out), imp), true;
     case DType::IQ4_NL:
-      return quantize_iq4_nl(x, nb, blocks<BlockIQ4_NL>(out)), true;
+      return quantize_iq4_nl(x, nb, blocks<BlockIQ4_NL>(out), imp), true;
     case DType::IQ4_XS:
-      return quantize_iq4_xs(x, nb, blocks<BlockIQ4_XS>(out)), true;
+      return quantize_iq4_xs(x, nb, blocks<BlockIQ4_XS>(out), imp), true;
     case DType::Q4_1:
-      return quantize_q4_1(x, nb, blocks<BlockQ4_1>(out)), true;
+      return quantize_q4_1(x, nb, blocks<BlockQ4_1>(out), imp), true;
     case DType::Q5_0:
-      return quantize_q5_0(x, nb, blocks<BlockQ5_0>(out)), true;
+      return quantize_q5_0(x, nb, blocks<BlockQ5_0>(out), imp), true;
     case DType::Q5_1:
-      return quantize_q5_1(x, nb, blocks<BlockQ5_1>(out)), true;
+      return quantize_q5_1(x, nb, blocks<BlockQ5_1>(out), imp), true;
+    case DType::Q4_0:  // ggml's reference rounding (quant.cpp) unless importance is given
+      if (!imp.w) return false;
+      return quantize_q4_0_weighted(x, nb, blocks<BlockQ4_0>(out), imp), true;
     default:
       return false;
   }

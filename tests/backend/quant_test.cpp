@@ -326,6 +326,57 @@ TEST(QuantOracle, OwnQuantizersMatchOrRivalGgml) {
   }
 }
 
+// An importance matrix (one weight per column, llama-imatrix's mean squared activation): every
+// quantized type but Q8_0 fits its scales to the importance-weighted error sum_j imp_j (x - q)^2.
+// On columns whose importance spans e^(+-3), that error must drop below efim's own quantization
+// without importance, and stay within 10% of ggml's quantizer given the same importance (the
+// independent reference); only the ratios of importances matter, and bad importance is refused.
+TEST(QuantOracle, ImportanceWeightedQuantizersRivalGgml) {
+  const Ggml* g = load_ggml();
+  ASSERT_NE(g, nullptr);
+  const int64_t rows = 16, cols = 1024;
+  const auto x = oracle_data(rows, cols);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> imp(static_cast<size_t>(cols));
+  for (float& v : imp) v = std::exp(1.5f * normal(rng));
+  auto weighted_error = [&](const std::vector<uint8_t>& q, DType t) {
+    std::vector<float> y(x.size());
+    dequantize(q.data(), rows * cols, t, y.data());
+    double e = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      e += imp[i % static_cast<size_t>(cols)] * double(y[i] - x[i]) * double(y[i] - x[i]);
+    return e;
+  };
+  for (auto [t, id] : {std::pair{DType::Q4_0, 2}, {DType::Q4_1, 3}, {DType::Q5_0, 6},
+                       {DType::Q5_1, 7}, {DType::Q2_K, 10}, {DType::Q3_K, 11}, {DType::Q4_K, 12},
+                       {DType::Q5_K, 13}, {DType::Q6_K, 14}, {DType::IQ4_NL, 20},
+                       {DType::IQ4_XS, 23}}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const auto plain = quantize(x.data(), rows * cols, t);
+    const auto weighted = quantize(x.data(), rows * cols, t, imp);
+    std::vector<uint8_t> ggml_w(plain.size());
+    ASSERT_EQ(g->quantize_chunk(id, x.data(), ggml_w.data(), 0, rows, cols, imp.data()),
+              ggml_w.size());
+    const double e_plain = weighted_error(plain, t), e_w = weighted_error(weighted, t),
+                 e_ggml = weighted_error(ggml_w, t);
+    std::printf("  %-6s importance-weighted error: efim %.4g without / %.4g with, ggml with %.4g "
+                "(efim / ggml %.3f)\n",
+                std::string(dtype_name(t)).c_str(), e_plain, e_w, e_ggml, e_w / e_ggml);
+    EXPECT_LT(e_w, 0.97 * e_plain);
+    EXPECT_LT(e_w, 1.10 * e_ggml);
+    // Only the ratios of importances matter.
+    const std::vector<float> ones(static_cast<size_t>(cols), 1.0f), fives(ones.size(), 5.0f);
+    EXPECT_TRUE(quantize(x.data(), rows * cols, t, ones) == quantize(x.data(), rows * cols, t, fives));
+  }
+  EXPECT_TRUE(quantize(x.data(), rows * cols, DType::Q8_0, imp) ==
+              quantize(x.data(), rows * cols, DType::Q8_0));  // as llama.cpp: no use for it
+  std::vector<float> bad = imp;
+  bad[5] = -1.0f;
+  EXPECT_THROW(quantize(x.data(), rows * cols, DType::Q4_K, bad), Error);
+  EXPECT_THROW(quantize(x.data(), rows * cols, DType::Q4_K, std::span(imp).first(100)), Error);
+}
+
 // The super-block kernels quantize activations exactly as ggml's Q8_K (the quantizer its x86
 // CPU backend runs), so K-quant products differ from llama.cpp's only in summation order.
 TEST(QuantOracle, SuperBlockActivationsEqualGgmlQ8K) {

@@ -28,7 +28,8 @@
 # of experts too, and with four query heads per KV head and with fallbacks on a 64-wide model,
 # for every file type llama_model_quantize takes among efim's: the _S and _L mixes too), that
 # llama.cpp agrees with efim on those files, and that their logits are as close to the f32
-# model's as those of llama.cpp's own files.
+# model's as those of llama.cpp's own files; the same with an importance matrix from
+# `efim imatrix` (llama.cpp's rules with one, and its quantizer reading efim's file).
 # usage: llama_cpp_quant_parity.sh EFIM_BINARY
 set -euo pipefail
 EFIM=$1
@@ -207,6 +208,37 @@ for kind in llama256_gqa4 llama_gqa4 llama80_gqa4 qwen2_80; do
     same_types "$ours" "$theirs" >/dev/null || { same_types "$ours" "$theirs"; fail "$kind $ft tensor types differ from llama.cpp's"; }
   done
   compare "  efim's $kind q2_k, 28 tokens" "$WORK/$kind-efim-q2_k.gguf" 300 "$IDS28" "--std-tol 0.1" 1
+done
+
+# Importance matrices: `efim imatrix` writes llama-imatrix's GGUF format and llama.cpp's quantizer
+# takes it; `efim convert --imatrix` gives every tensor llama.cpp's type with an importance matrix
+# (80 layers: Q4_0 / Q5_0 keep the first ffn_down layers in Q4_1 / Q5_1, IQ4_* no longer widen
+# them to Q5_K), llama.cpp agrees with efim on its files, and their logits are as close to the
+# f32 model's as those of llama.cpp's own files made with the same importance matrix.
+cat "$ROOT"/scripts/*.py >"$WORK/calib.txt"
+cp "$WORK/tok300.json" "$WORK/llama80_gqa4/tokenizer.json"
+for kind in t256 llama80_gqa4; do
+  im=$WORK/$kind-imatrix.gguf
+  "$EFIM" imatrix "$WORK/$kind" -f "$WORK/calib.txt" -o "$im" --ctx 64 --chunks 4 -t 2 >/dev/null 2>&1 ||
+    { fail "efim imatrix $kind"; continue; }
+  echo "efim imatrix $kind, then with it:"
+  for ft in q4_k_m q4_0 q5_0 iq4_xs q2_k; do
+    FT=$(echo "$ft" | tr a-z A-Z)
+    theirs=$WORK/$kind-im-$FT.gguf ours=$WORK/$kind-efim-im-$ft.gguf
+    "$REF" quantize "$WORK/$kind-f32.gguf" "$theirs" "$FT" --imatrix "$im" >/dev/null 2>&1 ||
+      { fail "llama_model_quantize $kind $FT --imatrix"; continue; }
+    "$EFIM" convert "$WORK/$kind" -o "$ours" --dtype "$ft" --imatrix "$im" >/dev/null ||
+      { fail "efim convert $kind --dtype $ft --imatrix"; continue; }
+    echo " $ft:"
+    same_types "$ours" "$theirs" || fail "$kind $ft --imatrix tensor types differ from llama.cpp's"
+    if [ "$kind" = t256 ]; then
+      compare "  efim's $ft with the imatrix, 2 tokens" "$ours" 300 "5 6" "--atol 1e-4" 0
+      "$EFIM" logits "$ours" --tokens "$IDS28" --all --out "$WORK/ours.f32" -t 2 >/dev/null
+      "$EFIM" logits "$theirs" --tokens "$IDS28" --all --out "$WORK/theirs.f32" -t 2 >/dev/null
+      err_ratio "$WORK/ours.f32" "$WORK/theirs.f32" "$WORK/f32.f32" ||
+        fail "$ft --imatrix: efim's file is less accurate"
+    fi
+  done
 done
 
 if [ $failures -ne 0 ]; then echo "llama.cpp quant parity: $failures check(s) failed"; exit 1; fi
