@@ -1,5 +1,6 @@
-// `efim convert HF_DIR -o OUT.gguf [--dtype bf16|...|q4_k_m|q3_k_m|q2_k|iq4_xs] [--imatrix FILE]
-// [--set KEY=VALUE ...]`, and
+// `efim convert HF_DIR|F16.gguf -o OUT.gguf [--dtype bf16|...|q4_k_m|q3_k_m|q2_k|iq4_xs]
+// [--imatrix FILE] [--set KEY=VALUE ...]` (a GGUF of float tensors is quantized as
+// llama-quantize does, its metadata kept), and
 // `efim convert IN.gguf -o OUT.gguf --set KEY=VALUE ...`: a GGUF copied with its tensors byte
 // for byte and its metadata edited (e.g. --set efim.fragment_tokenization=true declares a
 // fragment-trained model, see infill/healing.h).
@@ -17,6 +18,7 @@ namespace {
 
 struct ConvertArgs {
   std::string input, output, dtype = "bf16", imatrix;
+  bool dtype_given = false;  // a GGUF input is then quantized, else copied with --set edits
   std::vector<std::string> set;  // KEY=VALUE
 };
 
@@ -66,9 +68,9 @@ void rewrite_gguf(const ConvertArgs& a) {
 }
 
 void run_convert(const ConvertArgs& a) {
-  if (is_gguf_path(a.input)) {
-    EFIM_CHECK(a.imatrix.empty(), "convert: --imatrix quantizes from a Hugging Face folder; ",
-               a.input, " is a GGUF (its tensors are copied as they are)");
+  if (is_gguf_path(a.input) && !a.dtype_given) {
+    EFIM_CHECK(a.imatrix.empty(), "convert: --imatrix needs --dtype (", a.input,
+               " is a GGUF: without --dtype its tensors are copied as they are)");
     return rewrite_gguf(a);
   }
   FolderConvertOptions o;
@@ -93,10 +95,10 @@ void register_convert(CLI::App& app) {
       ->required();
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
   cmd->add_option("--dtype", a->dtype,
-                  "File type (HF input), llama-quantize's names: f32, f16, bf16, q8_0, q4_0, "
-                  "q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, "
-                  "q5_k_m, q6_k, iq4_nl, iq4_xs (q3_k, q4_k, q5_k: the _m mixes); llama.cpp's "
-                  "rules give each tensor its type")
+                  "File type (of a HF folder, or a GGUF of f32/f16/bf16 tensors quantized), "
+                  "llama-quantize's names: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, "
+                  "q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs "
+                  "(q3_k, q4_k, q5_k: the _m mixes); llama.cpp's rules give each tensor its type")
       ->capture_default_str();
   cmd->add_option("--imatrix", a->imatrix,
                   "Importance matrix (llama-imatrix's GGUF or legacy .dat file): the quantized "
@@ -104,7 +106,10 @@ void register_convert(CLI::App& app) {
   cmd->add_option("--set", a->set,
                   "KEY=VALUE metadata to set (true/false, integers, numbers, else a string), "
                   "e.g. efim.fragment_tokenization=true");
-  cmd->callback([a] { run_convert(*a); });
+  cmd->callback([a, cmd] {
+    a->dtype_given = cmd->count("--dtype") > 0;
+    run_convert(*a);
+  });
 }
 
 }  // namespace efim::app

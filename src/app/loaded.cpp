@@ -39,9 +39,10 @@ ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::strin
   opts.input_dir = hf_dir;
   opts.output_path = gguf_path;
   opts.file_type = o.type;
-  Tokenizer tok = load_tokenizer(hf_dir);
-  opts.tokenizer_writer = [&tok, &o](GgufWriter& w) {
-    tok.write_gguf_metadata(w);
+  const bool from_gguf = is_gguf_path(hf_dir);  // its tokenizer metadata is copied as it is
+  Tokenizer tok = from_gguf ? Tokenizer() : load_tokenizer(hf_dir);
+  opts.tokenizer_writer = [&tok, &o, from_gguf](GgufWriter& w) {
+    if (!from_gguf) tok.write_gguf_metadata(w);
     if (o.extra) o.extra(w);
   };
   ImportanceMatrix imatrix;
@@ -57,7 +58,7 @@ ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::strin
       bar->set_note(name);
       bar->update(static_cast<uint64_t>(done));
     };
-  ConvertResult r = convert_hf_to_gguf(opts);
+  ConvertResult r = from_gguf ? quantize_gguf(opts) : convert_hf_to_gguf(opts);
   if (opts.imatrix) {
     bar.reset();
     std::printf("importance matrix %s (%zu entries%s%s): %lld matrices weighted", o.imatrix_path.c_str(),

@@ -36,7 +36,8 @@ struct FolderConvertOptions {
 };
 
 // A HF folder (config.json, safetensors, tokenizer.json) as a GGUF with the tokenizer's
-// metadata, matrices as the options say. With an importance matrix, prints how many matrices
+// metadata, matrices as the options say; or a GGUF of float tensors quantized so (its metadata
+// kept: quantize_gguf). With an importance matrix, prints how many matrices
 // it weighted and names those it had no entry for.
 ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
                                      const FolderConvertOptions& o);

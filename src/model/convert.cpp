@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "base/error.h"
 #include "format/gguf.h"
@@ -369,6 +370,65 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
     ++res.n_tensors;
     if (o.progress)
       o.progress(static_cast<int64_t>(i + 1), static_cast<int64_t>(jobs.size()), job.gguf);
+  }
+  w.write(o.output_path);
+  return res;
+}
+
+ConvertResult quantize_gguf(const ConvertOptions& o) {
+  const uint32_t file_type = ggml_file_type(o);
+  const GgufFile in = GgufFile::open(o.input_dir);
+  const ModelConfig c = config_from_gguf(in);
+  (void)bind_weights(c, in, WeightNaming::GGUF);  // every shape checked up front
+  ConvertResult res;
+  res.config = c;
+  GgufWriter w;
+  for (const std::string& key : in.metadata_order()) {  // tokenizer.*, general.* and the rest
+    if (key == "general.alignment" || key == "general.file_type" || key.starts_with("quantize."))
+      continue;
+    w.set(key, *in.get(key));
+  }
+  write_gguf_metadata(c, w);
+  w.set_u32("general.file_type", file_type);
+  if (o.tokenizer_writer) o.tokenizer_writer(w);
+  if (o.imatrix) {
+    w.set_string("quantize.imatrix.file", o.imatrix_label);
+    w.set_u32("quantize.imatrix.entries_count", static_cast<uint32_t>(o.imatrix->entries.size()));
+    if (!o.imatrix->datasets.empty())
+      w.set_string("quantize.imatrix.dataset", o.imatrix->datasets.front());
+  }
+  // The jobs by their GGUF names: the file's Q/K rows are already permuted, its norms already
+  // hold Gemma's 1 (config_from_gguf: no offset), its experts already stacked.
+  std::vector<Job> jobs = plan_jobs(c);
+  std::set<std::string> planned;
+  for (const Job& j : jobs) planned.insert(j.gguf);
+  std::vector<float> f32;
+  int64_t done = 0;
+  const auto total = static_cast<int64_t>(in.tensor_names().size());
+  auto add = [&](const std::string& name, DType dt, const std::vector<int64_t>& shape,
+                 const std::vector<uint8_t>& bytes) {
+    w.add_tensor(name, dt, shape, bytes.data(), bytes.size());
+    res.tensor_bytes += bytes.size();
+    ++res.n_tensors;
+    if (o.progress) o.progress(++done, total, name);
+  };
+  for (const std::string& name : in.tensor_names()) {  // not the model's (rope_freqs): as they are
+    if (planned.contains(name)) continue;
+    const TensorView t = *in.find(name);
+    add(name, t.dtype, t.shape,
+        std::vector<uint8_t>(static_cast<const uint8_t*>(t.data),
+                             static_cast<const uint8_t*>(t.data) + t.nbytes));
+  }
+  for (const Job& job : jobs) {
+    const TensorView t = *in.find(job.gguf);  // present: bind_weights checked
+    EFIM_CHECK(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16,
+               "convert: ", o.input_dir, ": tensor ", job.gguf, " is ", dtype_name(t.dtype),
+               "; quantizing needs f32, f16 or bf16 tensors (requantizing loses precision: "
+               "start from the f16/bf16 GGUF or the Hugging Face folder)");
+    f32.resize(static_cast<size_t>(t.numel()));
+    dequantize(t.data, t.numel(), t.dtype, f32.data());
+    const DType dt = choose_dtype(o, c, job, t.shape);
+    add(job.gguf, dt, t.shape, quantize_with_importance(o, res, job.gguf, t.shape, f32, dt));
   }
   w.write(o.output_path);
   return res;

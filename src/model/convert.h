@@ -66,6 +66,11 @@ struct ConvertResult {
 };
 
 ConvertResult convert_hf_to_gguf(const ConvertOptions& opts);
+// The same file types from a GGUF of f32 / f16 / bf16 tensors, as llama-quantize makes them from
+// one: opts.input_dir names the .gguf. Its metadata is kept (tokenizer.* included), the model's
+// tensors quantized by the same rules (and importance matrix), any other tensor copied as it is;
+// a quantized model tensor is refused (requantizing loses precision).
+ConvertResult quantize_gguf(const ConvertOptions& opts);
 
 // llama.cpp's Q/K row permutation for llama-arch GGUFs: within each of n_heads heads of
 // head_dim rows, HF row j*(head_dim/2) + i (rotate-half pair member j of frequency i) moves to

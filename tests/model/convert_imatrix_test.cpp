@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "base/error.h"
@@ -184,6 +185,76 @@ TEST(ImatrixCollector, EveryMatrixByItsGgufName) {
   for (const auto& [name, e] : once.entries) {
     const std::vector<float>& v = twice.find(name)->values;
     for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(v[i], e.values[i], 1e-5f * (1 + e.values[i])) << name;
+  }
+}
+
+}  // namespace
+}  // namespace efim
+
+namespace efim {
+namespace {
+
+// `efim convert F32.gguf --dtype q4_k_m` (quantize_gguf), as llama-quantize takes a GGUF: the
+// same tensors byte for byte as from the Hugging Face folder, with an importance matrix too; the
+// input's metadata kept; a quantized input tensor refused with its name and type.
+TEST(ConvertGguf, QuantizesAsFromTheFolder) {
+  test::require_numpy();
+  test::TempDir dir;
+  const std::string hf = dir / "llama256";
+  test::make_tiny_model(hf, "llama256", "f32");
+  ConvertOptions o;
+  o.input_dir = hf;
+  o.out_dtype = DType::F32;
+  o.output_path = dir / "f32.gguf";
+  o.tokenizer_writer = [](GgufWriter& w) { w.set_string("efim.test.kept", "yes"); };
+  convert_hf_to_gguf(o);
+  o.tokenizer_writer = nullptr;
+  ImportanceMatrix im;
+  {
+    GgufFile f32 = GgufFile::open(o.output_path);
+    for (const std::string& name : f32.tensor_names())
+      if (f32.find(name)->shape.size() == 2 && name != "token_embd.weight") {
+        ImportanceMatrix::Entry e;
+        e.values.assign(static_cast<size_t>(f32.find(name)->shape[1]), 1.0f);
+        for (size_t j = 0; j < e.values.size(); ++j) e.values[j] = 1.0f + float(j % 7);
+        im.entries[name] = e;
+      }
+  }
+  for (const ImportanceMatrix* imatrix : std::vector<const ImportanceMatrix*>{nullptr, &im}) {
+    SCOPED_TRACE(imatrix ? "with an importance matrix" : "without");
+    ConvertOptions from_hf;
+    from_hf.input_dir = hf;
+    from_hf.file_type = FileType::Q4_K_M;
+    from_hf.imatrix = imatrix;
+    from_hf.output_path = dir / "from_hf.gguf";
+    convert_hf_to_gguf(from_hf);
+    ConvertOptions from_gguf = from_hf;
+    from_gguf.input_dir = dir / "f32.gguf";
+    from_gguf.output_path = dir / "from_gguf.gguf";
+    const ConvertResult r = quantize_gguf(from_gguf);
+    GgufFile a = GgufFile::open(from_hf.output_path), b = GgufFile::open(from_gguf.output_path);
+    EXPECT_EQ(b.get("efim.test.kept")->as_string(), "yes");
+    EXPECT_EQ(b.get("general.file_type")->as_i64(), a.get("general.file_type")->as_i64());
+    ASSERT_EQ(a.tensor_names().size(), b.tensor_names().size());
+    EXPECT_EQ(r.n_tensors, static_cast<int64_t>(a.tensor_names().size()));
+    for (const std::string& name : a.tensor_names()) {
+      const TensorView x = *a.find(name), y = *b.find(name);
+      EXPECT_EQ(x.dtype, y.dtype) << name;
+      EXPECT_TRUE(x.nbytes == y.nbytes && std::memcmp(x.data, y.data, x.nbytes) == 0) << name;
+    }
+  }
+  // A quantized model tensor is not requantized.
+  ConvertOptions again;
+  again.input_dir = dir / "from_gguf.gguf";
+  again.output_path = dir / "twice.gguf";
+  again.file_type = FileType::Q4_0;
+  try {
+    quantize_gguf(again);
+    ADD_FAILURE() << "a Q4_K_M file was requantized";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("; quantizing needs f32, f16 or bf16 tensors"),
+              std::string::npos)
+        << e.what();
   }
 }
 
