@@ -88,8 +88,9 @@ ImportanceMatrix parse_legacy(const uint8_t* bytes, size_t size, const std::stri
   EFIM_CHECK(n > 0, label, ": imatrix entry count ", n, " (expected > 0)");
   for (int32_t k = 0; k < n; ++k) {
     const auto len = c.read<int32_t>("name length");
-    EFIM_CHECK(len > 0 && static_cast<size_t>(len) <= c.remaining(), label, ": imatrix entry ",
-               k, " name length ", len, " (", c.remaining(), " bytes left)");
+    EFIM_CHECK(len > 0 && static_cast<size_t>(len) <= c.remaining(), label,
+               ": not an importance matrix (a GGUF with general.type imatrix, or llama-imatrix's "
+               "legacy .dat): entry ", k, " name length ", len, " (", c.remaining(), " bytes left)");
     std::string name(static_cast<size_t>(len), '\0');
     for (auto& ch : name) ch = static_cast<char>(c.read<uint8_t>("name"));
     const auto ncall = c.read<int32_t>("call count");
