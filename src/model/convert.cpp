@@ -293,6 +293,15 @@ std::vector<uint8_t> quantize_with_importance(const ConvertOptions& o, ConvertRe
   return out;
 }
 
+// The keys llama-quantize writes for a file quantized with an importance matrix.
+void write_imatrix_keys(const ConvertOptions& o, GgufWriter& w) {
+  if (!o.imatrix) return;
+  w.set_string("quantize.imatrix.file", o.imatrix_label);
+  w.set_u32("quantize.imatrix.entries_count", static_cast<uint32_t>(o.imatrix->entries.size()));
+  if (!o.imatrix->datasets.empty())
+    w.set_string("quantize.imatrix.dataset", o.imatrix->datasets.front());
+}
+
 }  // namespace
 
 ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
@@ -316,12 +325,7 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   if (!c.eos_tokens.empty())
     w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_tokens[0]));
   if (o.tokenizer_writer) o.tokenizer_writer(w);
-  if (o.imatrix) {  // the keys llama-quantize writes
-    w.set_string("quantize.imatrix.file", o.imatrix_label);
-    w.set_u32("quantize.imatrix.entries_count", static_cast<uint32_t>(o.imatrix->entries.size()));
-    if (!o.imatrix->datasets.empty())
-      w.set_string("quantize.imatrix.dataset", o.imatrix->datasets.front());
-  }
+  write_imatrix_keys(o, w);
 
   if (c.rope_scaling.type == RopeScalingType::Llama3) {
     // GGUF stores llama3 scaling as per-frequency divisors of the unscaled inverse frequencies.
@@ -391,12 +395,7 @@ ConvertResult quantize_gguf(const ConvertOptions& o) {
   write_gguf_metadata(c, w);
   w.set_u32("general.file_type", file_type);
   if (o.tokenizer_writer) o.tokenizer_writer(w);
-  if (o.imatrix) {
-    w.set_string("quantize.imatrix.file", o.imatrix_label);
-    w.set_u32("quantize.imatrix.entries_count", static_cast<uint32_t>(o.imatrix->entries.size()));
-    if (!o.imatrix->datasets.empty())
-      w.set_string("quantize.imatrix.dataset", o.imatrix->datasets.front());
-  }
+  write_imatrix_keys(o, w);
   // The jobs by their GGUF names: the file's Q/K rows are already permuted, its norms already
   // hold Gemma's 1 (config_from_gguf: no offset), its experts already stacked.
   std::vector<Job> jobs = plan_jobs(c);

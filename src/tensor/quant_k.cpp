@@ -73,13 +73,14 @@ void search_weights(const float* x, int n, float rms, float* w, const float* qw)
   for (int i = 0; i < n; ++i) w[i] = qw[i] * std::sqrt(2 * rms * rms + x[i] * x[i]);
 }
 
-// Unsigned levels 0..nmax with x ~= scale * l - m (m >= 0): the search of step 1.
+// Unsigned levels 0..nmax with x ~= scale * l - m: the search of step 1, with m >= 0 (the
+// K-quants' subtracted min) or, free_min, any m (Q4_1 / Q5_1 store the offset itself).
 struct ScaleMin {
   float scale = 0, m = 0;
 };
-ScaleMin fit_scale_min(const float* x, const float* w, int n, int nmax) {
+ScaleMin fit_scale_min(const float* x, const float* w, int n, int nmax, bool free_min = false) {
   float lo = *std::min_element(x, x + n), hi = *std::max_element(x, x + n);
-  lo = std::min(lo, 0.0f);  // the min term only subtracts: x = scale * l - m with m >= 0
+  if (!free_min) lo = std::min(lo, 0.0f);  // x = scale * l - m with m >= 0
   if (hi <= lo) return {0.0f, -lo};
   ScaleMin best{(hi - lo) / nmax, -lo};
   double best_err = INFINITY;
@@ -99,7 +100,7 @@ ScaleMin fit_scale_min(const float* x, const float* w, int n, int nmax) {
     if (det <= 0) continue;
     double scale = (sw * slx - sx * sl) / det;
     double offset = (sll * sx - sl * slx) / det;  // x ~= scale * l + offset
-    if (offset > 0) {  // the offset must be a subtracted min: refit with offset 0
+    if (offset > 0 && !free_min) {  // the offset must be a subtracted min: refit with offset 0
       offset = 0;
       scale = slx / sll;
     }
@@ -399,37 +400,15 @@ void min_max_levels(const float* x, int nmax, Block& o, int q[32]) {
   for (int j = 0; j < 32; ++j) q[j] = std::min(nmax, static_cast<int>((x[j] - lo) * id + 0.5f));
 }
 
-// With importance: levels 0..nmax through [lo, hi] stretched a little, then x ~= d l + m by
-// weighted least squares (m free: Q4_1 / Q5_1 store any offset); the lowest weighted error wins.
+// With importance: the K-quants' scale-and-min search (fit_scale_min) with the offset free, as
+// Q4_1 / Q5_1 store any offset.
 template <class Block>
 void weighted_min_levels(const float* x, const float* qw, int nmax, Block& o, int q[32]) {
-  const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
   float w[32];
   search_weights(x, 32, rms_of(x, 32), w, qw);
-  float d = 0, m = lo;
-  if (hi > lo) {
-    double best_err = INFINITY;
-    for (int step = -10; step <= 10; ++step) {
-      const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(step)) / (hi - lo);
-      double sw = 0, sl = 0, sll = 0, sx = 0, slx = 0;
-      for (int i = 0; i < 32; ++i) {
-        const double l = round_clamp(iscale * (x[i] - lo), 0, nmax);
-        sw += w[i], sl += w[i] * l, sll += w[i] * l * l, sx += w[i] * x[i], slx += w[i] * l * x[i];
-      }
-      const double det = sw * sll - sl * sl;
-      if (det <= 0) continue;
-      const double scale = (sw * slx - sx * sl) / det, offset = (sll * sx - sl * slx) / det;
-      if (scale <= 0) continue;
-      double err = 0;
-      for (int i = 0; i < 32; ++i) {
-        const double e = scale * round_clamp(iscale * (x[i] - lo), 0, nmax) + offset - x[i];
-        err += w[i] * e * e;
-      }
-      if (err < best_err) best_err = err, d = static_cast<float>(scale), m = static_cast<float>(offset);
-    }
-  }
-  o.d = f32_to_f16(d);
-  o.m = f32_to_f16(m);
+  const ScaleMin fit = fit_scale_min(x, w, 32, nmax, /*free_min=*/true);
+  o.d = f32_to_f16(fit.scale);
+  o.m = f32_to_f16(-fit.m);  // x = d q + m
   const float dq = f16_to_f32(o.d), mq = f16_to_f32(o.m);
   for (int j = 0; j < 32; ++j) q[j] = dq > 0 ? round_clamp((x[j] - mq) / dq, 0, nmax) : 0;
 }

@@ -1,3 +1,4 @@
+// efim convert with importance matrices and from GGUFs, and efim imatrix's bookkeeping.
 // `efim convert --imatrix`: a Q4_K_M file of a tiny llama (widths multiples of 256) quantized
 // with an importance matrix in llama-imatrix's GGUF format. The weighted matrices lower the
 // importance-weighted error of every matrix with an entry, those without one are named and
@@ -132,11 +133,6 @@ TEST(ConvertImatrix, WeightedMatricesLowerTheirImportanceWeightedError) {
   }
 }
 
-}  // namespace
-}  // namespace efim
-
-namespace efim {
-namespace {
 
 // efim imatrix's bookkeeping on a mixture of experts with dense layers (qwen3_moe_dense: layers
 // 0 and 2 dense, 1 and 3 eight experts): every matrix the forward pass multiplies by gets an
@@ -188,11 +184,6 @@ TEST(ImatrixCollector, EveryMatrixByItsGgufName) {
   }
 }
 
-}  // namespace
-}  // namespace efim
-
-namespace efim {
-namespace {
 
 // `efim convert F32.gguf --dtype q4_k_m` (quantize_gguf), as llama-quantize takes a GGUF: the
 // same tensors byte for byte as from the Hugging Face folder, with an importance matrix too; the

@@ -85,12 +85,11 @@ void float_gemm(ThreadPool& pool, const float* x, int64_t m, const WeightMatrix&
 template <class G, DType T>
 void float_gemv_group(const float* x, int64_t m, int64_t k, const uint8_t* const rows[4], int nr,
                       int64_t prefetch, float* y, int64_t ldy) {
-  if (m == 1) {  // decode: G::kDecodeRows rows at a time
-    constexpr int D = G::kDecodeRows;
-    for (int r = 0; r < nr; r += D) {
-      float out[1][D];
-      G::template dot_rows<T, 1, D>(x, k, rows + r, prefetch, out);
-      for (int rr = 0; rr < D && r + rr < nr; ++rr) y[r + rr] = out[0][rr];
+  if (m == 1) {  // decode: one row after another, one sequential stream per thread
+    for (int r = 0; r < nr; ++r) {
+      float out[1][1];
+      G::template dot_rows<T, 1, 1>(x, k, rows + r, prefetch, out);
+      y[r] = out[0][0];
     }
     return;
   }

@@ -217,8 +217,7 @@ void dot_rows(const float* x, int64_t k, const uint8_t* const rows[R], int64_t p
 
 // The GEMV piece for float_gemv (drivers.h).
 struct GemvGroup {
-  static constexpr int kDecodeRows = 1;  // weight rows per call when m = 1 (one stream)
-  static constexpr int kRows = 2;        // weight rows per call when m > 1
+  static constexpr int kRows = 2;  // weight rows per call when m > 1 (m = 1: one)
   template <DType T, int MX, int R>
   static void dot_rows(const float* x, int64_t k, const uint8_t* const rows[R], int64_t prefetch,
                        float out[MX][R]) {
