@@ -88,11 +88,14 @@ inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 }
 
 // S[r, j] = Q[r] . K[j] for rows r0 .. r0 + NR - 1 and all KB keys, 4 keys per pass, each key
-// widened once per pass.
+// widened once per pass; with knext / vnext, the next block's rows are prefetched as it goes
+// (f32 and f16 rows).
 template <DType T, int NR>
 inline void scores_tile(const float* Q, const uint8_t* const* krow, float* S, int64_t r0,
-                        int64_t hd) {
+                        int64_t hd, const uint8_t* const* knext, const uint8_t* const* vnext) {
   for (int64_t j = 0; j < KB; j += 4) {
+    if constexpr (T != DType::Q8_0)
+      if (knext) prefetch_rows(knext, vnext, j, hd * (T == DType::F32 ? 4 : 2));
     __m512 acc[NR][4];
 #pragma GCC unroll 6
     for (int i = 0; i < NR; ++i)
@@ -113,17 +116,18 @@ inline void scores_tile(const float* Q, const uint8_t* const* krow, float* S, in
   }
 }
 
+// The first tile of rows prefetches the next block (b.knext, b.vnext).
 template <DType T>
-inline void block_scores(const float* Q, const uint8_t* const* krow, float* S, int64_t first,
-                         int64_t end, int64_t hd) {
-  for (int64_t r = first; r < end; r += kMaxTileRows) {
-    switch (std::min<int64_t>(kMaxTileRows, end - r)) {
-      case 6: scores_tile<T, 6>(Q, krow, S, r, hd); break;
-      case 5: scores_tile<T, 5>(Q, krow, S, r, hd); break;
-      case 4: scores_tile<T, 4>(Q, krow, S, r, hd); break;
-      case 3: scores_tile<T, 3>(Q, krow, S, r, hd); break;
-      case 2: scores_tile<T, 2>(Q, krow, S, r, hd); break;
-      default: scores_tile<T, 1>(Q, krow, S, r, hd); break;
+inline void block_scores(const float* Q, const FlashBlock& b, float* S, int64_t hd) {
+  for (int64_t r = b.first; r < b.end; r += kMaxTileRows) {
+    const uint8_t* const* kn = r == b.first ? b.knext : nullptr;
+    switch (std::min<int64_t>(kMaxTileRows, b.end - r)) {
+      case 6: scores_tile<T, 6>(Q, b.krow, S, r, hd, kn, b.vnext); break;
+      case 5: scores_tile<T, 5>(Q, b.krow, S, r, hd, kn, b.vnext); break;
+      case 4: scores_tile<T, 4>(Q, b.krow, S, r, hd, kn, b.vnext); break;
+      case 3: scores_tile<T, 3>(Q, b.krow, S, r, hd, kn, b.vnext); break;
+      case 2: scores_tile<T, 2>(Q, b.krow, S, r, hd, kn, b.vnext); break;
+      default: scores_tile<T, 1>(Q, b.krow, S, r, hd, kn, b.vnext); break;
     }
   }
 }
@@ -257,7 +261,7 @@ template <DType T>
 void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial) {
   const int64_t hd = a.head_dim;
   flash_unit_loop(a, u, work, partial, [&](FlashTiles& w, const FlashBlock& b) {
-    block_scores<T>(w.Q, b.krow, w.S, b.first, b.end, hd);
+    block_scores<T>(w.Q, b, w.S, hd);
     block_softmax(w.S, b, w.m, w.l, w.corr);
     block_values<T>(w.S, b.vrow, b.nb, w.corr, w.O, b.first, b.end, hd);
   });
