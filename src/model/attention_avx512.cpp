@@ -88,14 +88,12 @@ inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 }
 
 // S[r, j] = Q[r] . K[j] for rows r0 .. r0 + NR - 1 and all KB keys, 4 keys per pass, each key
-// widened once per pass; with knext / vnext, the next block's rows are prefetched as it goes
-// (f32 and f16 rows).
+// widened once per pass; with `ahead`, its next block is prefetched as it goes.
 template <DType T, int NR>
 inline void scores_tile(const float* Q, const uint8_t* const* krow, float* S, int64_t r0,
-                        int64_t hd, const uint8_t* const* knext, const uint8_t* const* vnext) {
+                        int64_t hd, const FlashBlock* ahead) {
   for (int64_t j = 0; j < KB; j += 4) {
-    if constexpr (T != DType::Q8_0)
-      if (knext) prefetch_rows(knext, vnext, j, hd * (T == DType::F32 ? 4 : 2));
+    if (ahead) prefetch_next(*ahead, j);
     __m512 acc[NR][4];
 #pragma GCC unroll 6
     for (int i = 0; i < NR; ++i)
@@ -116,18 +114,18 @@ inline void scores_tile(const float* Q, const uint8_t* const* krow, float* S, in
   }
 }
 
-// The first tile of rows prefetches the next block (b.knext, b.vnext).
+// The first tile of rows prefetches the next block.
 template <DType T>
 inline void block_scores(const float* Q, const FlashBlock& b, float* S, int64_t hd) {
   for (int64_t r = b.first; r < b.end; r += kMaxTileRows) {
-    const uint8_t* const* kn = r == b.first ? b.knext : nullptr;
+    const FlashBlock* ahead = r == b.first ? &b : nullptr;
     switch (std::min<int64_t>(kMaxTileRows, b.end - r)) {
-      case 6: scores_tile<T, 6>(Q, b.krow, S, r, hd, kn, b.vnext); break;
-      case 5: scores_tile<T, 5>(Q, b.krow, S, r, hd, kn, b.vnext); break;
-      case 4: scores_tile<T, 4>(Q, b.krow, S, r, hd, kn, b.vnext); break;
-      case 3: scores_tile<T, 3>(Q, b.krow, S, r, hd, kn, b.vnext); break;
-      case 2: scores_tile<T, 2>(Q, b.krow, S, r, hd, kn, b.vnext); break;
-      default: scores_tile<T, 1>(Q, b.krow, S, r, hd, kn, b.vnext); break;
+      case 6: scores_tile<T, 6>(Q, b.krow, S, r, hd, ahead); break;
+      case 5: scores_tile<T, 5>(Q, b.krow, S, r, hd, ahead); break;
+      case 4: scores_tile<T, 4>(Q, b.krow, S, r, hd, ahead); break;
+      case 3: scores_tile<T, 3>(Q, b.krow, S, r, hd, ahead); break;
+      case 2: scores_tile<T, 2>(Q, b.krow, S, r, hd, ahead); break;
+      default: scores_tile<T, 1>(Q, b.krow, S, r, hd, ahead); break;
     }
   }
 }

@@ -31,7 +31,8 @@ struct FlashTiles {
 // One block of keys as the block functor sees it: rows [first, end) see at least one of its
 // keys; row r sees keys lo[r] .. last[r] (positions); krow / vrow hold kFlashKeyBlock row
 // pointers, padding keys (j >= nb) pointing at zero rows; knext / vnext the same for the unit's
-// next block (null for its last), for the kernel to prefetch (prefetch_rows).
+// next block, for the kernel to prefetch (prefetch_next), null for its last block and for
+// caches that go without (next_row_bytes: the bytes of one row to prefetch).
 struct FlashBlock {
   const uint8_t* const* krow;
   const uint8_t* const* vrow;
@@ -40,6 +41,7 @@ struct FlashBlock {
   const int64_t* last;
   const uint8_t* const* knext;
   const uint8_t* const* vnext;
+  int64_t next_row_bytes;
 };
 
 // Asks for the cache lines of rows j .. j + 3 of the next block's keys and values (row_bytes
@@ -52,14 +54,19 @@ struct FlashBlock {
 // (34-byte blocks, and its widening, not memory, bounds it: 0.98x). always_inline: a function
 // that only prefetches counts as free of side effects, and GCC 12 drops the calls to it that it
 // has not inlined (the prefetches were gone from the binary without it).
-__attribute__((always_inline)) inline void prefetch_rows(const uint8_t* const* knext,
-                                                         const uint8_t* const* vnext, int64_t j,
+__attribute__((always_inline)) inline void prefetch_rows(const uint8_t* const* krows,
+                                                         const uint8_t* const* vrows, int64_t j,
                                                          int64_t row_bytes) {
   for (int c = 0; c < 4; ++c)
     for (int64_t o = 0; o < row_bytes; o += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(knext[j + c] + o), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(vnext[j + c] + o), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(krows[j + c] + o), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(vrows[j + c] + o), _MM_HINT_T0);
     }
+}
+
+// Keys j .. j + 3 of b's next block, if b has one to prefetch.
+__attribute__((always_inline)) inline void prefetch_next(const FlashBlock& b, int64_t j) {
+  if (b.knext) prefetch_rows(b.knext, b.vnext, j, b.next_row_bytes);
 }
 
 // A padding key: zero bytes are 0 in every element type (q8_0: scale 0).
@@ -107,27 +114,32 @@ void flash_unit_loop(const AttentionArgs& a, const FlashUnit& u, float* work, fl
     }
     for (int64_t j = nb; j < KB; ++j) rows[b][0][j] = rows[b][1][j] = kZeroRow;  // padding, masked
   };
+  // f32 and f16 rows are prefetched (prefetch_rows), q8_0 rows not.
+  const bool prefetch = a.kv_type != DType::Q8_0;
+  const auto row_bytes =
+      static_cast<int64_t>(dtype_row_bytes(a.kv_type, static_cast<uint64_t>(hd)));
   if (u.k0 < k_end) {
     point(u.k0, 0);
     // The unit's first block has no block before it to prefetch it: all of its lines now
     // (efim_bench_attention, depth 4096, medians of 6-8 alternated runs: f32 100M shape 3.32 ->
     // 3.02 ms; f16 within the noise, 1.00-1.08x in three runs on the 100M shape, 1.02x on the
     // 1.5B shape; a quarter of the block: no gain).
-    if (a.kv_type != DType::Q8_0)
-      for (int64_t j = 0; j < KB; j += 4)
-        prefetch_rows(rows[0][0], rows[0][1], j, hd * (a.kv_type == DType::F32 ? 4 : 2));
+    if (prefetch)
+      for (int64_t j = 0; j < KB; j += 4) prefetch_rows(rows[0][0], rows[0][1], j, row_bytes);
   }
   int64_t first = 0;  // rows [0, first) see no key from kb0 on
   for (int64_t kb0 = u.k0, b = 0; kb0 < k_end; kb0 += KB, b ^= 1) {
     const int64_t nb = k_end - kb0 < KB ? k_end - kb0 : KB;
     const bool has_next = kb0 + KB < k_end;
     if (has_next) point(kb0 + KB, static_cast<int>(b ^ 1));
+    const bool ahead = has_next && prefetch;
     while (last[first] < kb0) ++first;  // the last row always sees kb0 < k_end
     int64_t end = R;  // rows [end, R) see no key before kb0 + nb (their window starts later)
     while (end > first && lo[end - 1] >= kb0 + nb) --end;
     if (end == first) continue;
     block(w, FlashBlock{rows[b][0], rows[b][1], kb0, nb, first, end, lo, last,
-                        has_next ? rows[b ^ 1][0] : nullptr, has_next ? rows[b ^ 1][1] : nullptr});
+                        ahead ? rows[b ^ 1][0] : nullptr, ahead ? rows[b ^ 1][1] : nullptr,
+                        row_bytes});
   }
   if (u.partial >= 0) {  // (m, l, O) per row, merged with the other key ranges later
     float* p = partial + u.partial;

@@ -234,10 +234,9 @@ inline __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 // model as fast: prefill 875 / 867 against 866 / 803 tok/s with transposed tiles).
 template <DType T, int NR>
 inline void direct_scores(const float* Q, const uint8_t* const* krow, float* S, int64_t r0,
-                          int64_t hd, const uint8_t* const* knext, const uint8_t* const* vnext) {
+                          int64_t hd, const FlashBlock* ahead) {
   for (int64_t j = 0; j < KB; j += 4) {
-    if constexpr (T != DType::Q8_0)
-      if (knext) prefetch_rows(knext, vnext, j, hd * (T == DType::F32 ? 4 : 2));
+    if (ahead) prefetch_next(*ahead, j);
     __m256 acc[NR][4];
 #pragma GCC unroll 4
     for (int i = 0; i < NR; ++i)
@@ -262,15 +261,15 @@ inline void direct_scores(const float* Q, const uint8_t* const* krow, float* S, 
 
 // Rows [b.first, b.end) against one key block read straight from the key rows, 3 rows at a
 // time (each row's sums are the same whichever rows share its pass); the first 3 prefetch the
-// next block (f32 and f16 rows).
+// next block.
 template <DType T>
 inline void block_scores_direct(const float* Q, const FlashBlock& b, float* S, int64_t hd) {
   for (int64_t r = b.first; r < b.end; r += 3) {
-    const uint8_t* const* kn = r == b.first ? b.knext : nullptr;
+    const FlashBlock* ahead = r == b.first ? &b : nullptr;
     switch (std::min<int64_t>(3, b.end - r)) {
-      case 3: direct_scores<T, 3>(Q, b.krow, S, r, hd, kn, b.vnext); break;
-      case 2: direct_scores<T, 2>(Q, b.krow, S, r, hd, kn, b.vnext); break;
-      default: direct_scores<T, 1>(Q, b.krow, S, r, hd, kn, b.vnext); break;
+      case 3: direct_scores<T, 3>(Q, b.krow, S, r, hd, ahead); break;
+      case 2: direct_scores<T, 2>(Q, b.krow, S, r, hd, ahead); break;
+      default: direct_scores<T, 1>(Q, b.krow, S, r, hd, ahead); break;
     }
   }
 }

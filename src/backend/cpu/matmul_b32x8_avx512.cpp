@@ -197,7 +197,8 @@ void x16_pair_b32(const uint8_t* grp0, const uint8_t* grp1, const QuantizedRows&
       }
       const __m512i t =
           _mm512_sub_epi32(_mm512_add_epi32(t0, t1), _mm512_set1_epi32(kOffset * a.sum[ib]));
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[ib])), acc[i]);
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[ib]));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), scale, acc[i]);
     }
   }
 #pragma GCC unroll 4
@@ -218,38 +219,24 @@ template <DType T>
 void x8_gemv_b32(ThreadPool& pool, const QuantizedRows& a, const WeightMatrix& w, float* y,
                  int64_t ldy) {
   const int64_t groups = w.rows / kInterleaveRows;
+  const int64_t span = a.m < kPairMinRows ? 1 : 2;  // groups per unit of work
+  const int64_t units = (groups + span - 1) / span;
   const size_t group_bytes =
       static_cast<size_t>(kInterleaveRows) * dtype_row_bytes(T, static_cast<uint64_t>(w.cols));
   const auto* base = static_cast<const uint8_t*>(w.data);
-  if (a.m < kPairMinRows) {
-    pool.parallel_for(groups, grain_for(groups, a.m * w.rows * a.k, pool.size()),
-                      [&](int, int64_t g0, int64_t g1) {
-                        for (int64_t g = g0; g < g1; ++g) {
-                          const uint8_t* grp = base + static_cast<size_t>(g) * group_bytes;
-                          float* yg = y + g * kInterleaveRows;
-                          for_row_tiles<4>(0, a.m, [&]<int MX>(int64_t i) {
-                            x8_group_b32<T, MX>(grp, a, i, yg + i * ldy, ldy);
-                          });
-                        }
-                      });
-    return;
-  }
-  const int64_t pairs = (groups + 1) / 2;
-  pool.parallel_for(pairs, grain_for(pairs, a.m * w.rows * a.k, pool.size()),
-                    [&](int, int64_t p0, int64_t p1) {
-                      for (int64_t p = p0; p < p1; ++p) {
-                        const int64_t g = 2 * p;
+  pool.parallel_for(units, grain_for(units, a.m * w.rows * a.k, pool.size()),
+                    [&](int, int64_t u0, int64_t u1) {
+                      for (int64_t g = u0 * span; g < std::min(u1 * span, groups); g += span) {
                         const uint8_t* grp = base + static_cast<size_t>(g) * group_bytes;
                         float* yg = y + g * kInterleaveRows;
-                        if (g + 1 < groups) {
-                          for_row_tiles<4>(0, a.m, [&]<int MX>(int64_t i) {
+                        const bool pair = span == 2 && g + 1 < groups;
+                        for_row_tiles<4>(0, a.m, [&]<int MX>(int64_t i) {
+                          if (pair) {
                             x16_pair_b32<T, MX>(grp, grp + group_bytes, a, i, yg + i * ldy, ldy);
-                          });
-                        } else {
-                          for_row_tiles<4>(0, a.m, [&]<int MX>(int64_t i) {
+                          } else {
                             x8_group_b32<T, MX>(grp, a, i, yg + i * ldy, ldy);
-                          });
-                        }
+                          }
+                        });
                       }
                     });
 }
@@ -323,7 +310,8 @@ void b32_tile(const B32Panel* panel, const QuantizedRows& a, int64_t i0, float* 
     for (int i = 0; i < MR; ++i) {
       const size_t ib = static_cast<size_t>((i0 + i) * a.nb + b);
       const __m512i t = _mm512_sub_epi32(dot[i], _mm512_set1_epi32(kOffset * a.sum[ib]));
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[ib])), acc[i]);
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[ib]));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), scale, acc[i]);
     }
   }
 #pragma GCC unroll 8
