@@ -7,12 +7,22 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace efim::cpu {
 // Internal linkage: every translation unit compiles these for its own target (AVX2, AVX-512,
 // or SIMDe's emulation), and the linker must never let one TU call another's copy.
 namespace {
+
+// Software prefetch of one stream of weight blocks: the n bytes `ahead` bytes after p into L1
+// (a prefetch never faults, even past the matrix). always_inline: a function that only
+// prefetches counts as free of side effects, and GCC 12 drops the calls to it that it has not
+// inlined.
+__attribute__((always_inline)) inline void prefetch_lines(const void* p, size_t n, size_t ahead) {
+  const char* q = static_cast<const char*>(p) + ahead;
+  for (size_t l = 0; l < n; l += 64) _mm_prefetch(q + l, _MM_HINT_T0);
+}
 
 // Sum of the 8 lanes.
 inline float hsum(__m256 v) {

@@ -101,14 +101,13 @@ void for_row_tiles(int64_t i0, int64_t end, Tile&& tile) {
 }
 
 // Software prefetch for the decode GEMVs that read one stream of weight blocks: the n bytes
-// kPrefetchBytes after p into L1 (a prefetch never faults, even past the matrix). With the
+// kPrefetchBytes after p (prefetch_lines, avx2_helpers.h). With the
 // hardware prefetchers alone the interleaved Q4_K, Q5_K, IQ4_XS, Q3_K and Q2_K GEMVs ran
 // 10-50% below DRAM bandwidth on 1.5B shapes (efim_bench_kernels --interleave, 2026-12-05);
 // Q6_K, Q8_0 and Q4_0 gained nothing (Q6_K's short rows lost ~10%) and go without.
 constexpr size_t kPrefetchBytes = 8192;
-inline void prefetch_ahead(const void* p, size_t n) {
-  const char* q = static_cast<const char*>(p) + kPrefetchBytes;
-  for (size_t l = 0; l < n; l += 64) _mm_prefetch(q + l, _MM_HINT_T0);
+__attribute__((always_inline)) inline void prefetch_ahead(const void* p, size_t n) {
+  prefetch_lines(p, n, kPrefetchBytes);
 }
 
 }  // namespace

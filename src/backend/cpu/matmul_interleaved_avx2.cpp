@@ -49,21 +49,16 @@ namespace {
 constexpr int kMaxX = 4;  // rows of x per pass over a group
 
 // With at most kMaxX rows of x (decode, short verify steps) each group is read once, streamed
-// from memory: the kernel asks for the lines kStreamAhead bytes past each block it starts, since
-// the hardware prefetcher alone leaves the GEMV below the machine's read rate. (Prompts go
-// without: their first pass over a chunk prefetching too measured 0.70-1.05x.) efim_bench_kernels --interleave, decode shapes, 2
-// threads, medians of 4 alternated runs on a 2-core AVX2 EPYC VM (2026-12-07), GB/s without /
-// with: Q8_0 100M attn 22.8 / 32.0, lm head 23.5 / 29.5, Qwen 1.5B gate|up 24.2 / 32.6, ffn
-// down 24.4 / 32.1 (1.09-1.40x on every shape); Q4_K 1.08-1.27x on the 100M and 1.5B shapes
-// (0.90-0.94 on two small ones, within their noise). Q6_K, whose blocks take more arithmetic,
-// goes without: 0.84-1.14x, its 1.5B lm head 0.98x. 2 and 3 KB ahead did about the same, 1 KB
-// less. always_inline: GCC 12 drops calls to a function that only prefetches.
-constexpr int64_t kStreamAhead = 2048;
-template <class B>
-__attribute__((always_inline)) inline void prefetch_stream(const B& b) {
-  const char* p = reinterpret_cast<const char*>(&b) + kStreamAhead;
-  for (size_t l = 0; l < sizeof(B); l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
-}
+// from memory: the kernel asks for the lines kStreamAhead bytes past each block it starts
+// (prefetch_lines), since the hardware prefetcher alone leaves the GEMV below the machine's
+// read rate. efim_bench_kernels --interleave, decode shapes, 2 threads, medians of 4 alternated
+// runs on a 2-core AVX2 EPYC VM (2026-12-07), GB/s without / with: Q8_0 100M attn 22.8 / 32.0,
+// lm head 23.5 / 29.5, Qwen 1.5B gate|up 24.2 / 32.6, ffn down 24.4 / 32.1 (1.09-1.40x on every
+// shape); Q4_K 1.08-1.27x on the 100M and 1.5B shapes (0.90-0.94 on two small ones, within their
+// noise). Q6_K, whose blocks take more arithmetic, goes without (0.84-1.14x, its 1.5B lm head
+// 0.98x), and so do prompts (their first pass over a chunk prefetching: 0.70-1.05x). 2 and 3 KB
+// ahead did about the same, 1 KB less.
+constexpr size_t kStreamAhead = 2048;
 
 // x's 4 quants at p in every int32 lane.
 inline __m256i bcast4(const int8_t* p) {
@@ -133,7 +128,7 @@ void k_group(const B* grp, const QuantizedRowsK& a, const int32_t* bpair, int64_
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t s = 0; s < a.ns; ++s) {
     const B& b = grp[s];
-    if (a.m <= kMaxX) prefetch_stream(b);
+    if (a.m <= kMaxX) prefetch_lines(&b, sizeof(b), kStreamAhead);
     const int8_t* xs[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
@@ -309,7 +304,7 @@ void b32_group(const B* grp, const QuantizedRows& a, int64_t i0, float* y, int64
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t blk = 0; blk < a.nb; ++blk) {
     const B& b = grp[blk];
-    if (a.m <= kMaxX) prefetch_stream(b);
+    if (a.m <= kMaxX) prefetch_lines(&b, sizeof(b), kStreamAhead);
     const int8_t* xs[MX];
     int32_t xsum[MX];
 #pragma GCC unroll 4
