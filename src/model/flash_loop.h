@@ -73,7 +73,11 @@ __attribute__((always_inline)) inline void prefetch_next(const FlashBlock& b, in
 alignas(64) const uint8_t kZeroRow[kFlashMaxHeadDim * sizeof(float)] = {};
 
 // Runs unit u: block(tiles, FlashBlock) for each key block the unit's rows see, then writes
-// the normalised rows (u.partial < 0) or each row's (m, l, O) at partial + u.partial.
+// the normalised rows (u.partial < 0) or each row's (m, l, O) at partial + u.partial. A unit
+// with partial output may run through several key cells (kFlashKeyCell): it starts each cell
+// afresh (m = -inf, l = 0, O = 0) and writes the (m, l, O) of its c-th cell at u.partial + c
+// ranges of [rows, 2 + head_dim] floats, so each cell's sums are those of a unit of that cell
+// alone, while the prefetch of the next block runs on across the cell's end.
 template <class Block>
 void flash_unit_loop(const AttentionArgs& a, const FlashUnit& u, float* work, float* partial,
                      Block&& block) {
@@ -127,8 +131,27 @@ void flash_unit_loop(const AttentionArgs& a, const FlashUnit& u, float* work, fl
     if (prefetch)
       for (int64_t j = 0; j < KB; j += 4) prefetch_rows(rows[0][0], rows[0][1], j, row_bytes);
   }
+  // Writes the rows' (m, l, O) of the run's cell c and starts the next cell afresh.
+  const int64_t cell0 = u.k0 / kFlashKeyCell;
+  int64_t cell = 0;  // cells of the run written so far
+  auto write_cell = [&] {
+    float* p = partial + u.partial + cell * R * (2 + hd);
+    for (int64_t r = 0; r < R; ++r, p += 2 + hd) {
+      p[0] = w.m[r];
+      p[1] = w.l[r];
+      for (int64_t d = 0; d < hd; ++d) {
+        p[2 + d] = w.O[r * hd + d];
+        w.O[r * hd + d] = 0.0f;
+      }
+      w.m[r] = -std::numeric_limits<float>::infinity();
+      w.l[r] = 0;
+    }
+    ++cell;
+  };
   int64_t first = 0;  // rows [0, first) see no key from kb0 on
   for (int64_t kb0 = u.k0, b = 0; kb0 < k_end; kb0 += KB, b ^= 1) {
+    if (u.partial >= 0)
+      while (cell < kb0 / kFlashKeyCell - cell0) write_cell();
     const int64_t nb = k_end - kb0 < KB ? k_end - kb0 : KB;
     const bool has_next = kb0 + KB < k_end;
     if (has_next) point(kb0 + KB, static_cast<int>(b ^ 1));
@@ -141,13 +164,9 @@ void flash_unit_loop(const AttentionArgs& a, const FlashUnit& u, float* work, fl
                         ahead ? rows[b ^ 1][0] : nullptr, ahead ? rows[b ^ 1][1] : nullptr,
                         row_bytes});
   }
-  if (u.partial >= 0) {  // (m, l, O) per row, merged with the other key ranges later
-    float* p = partial + u.partial;
-    for (int64_t r = 0; r < R; ++r, p += 2 + hd) {
-      p[0] = w.m[r];
-      p[1] = w.l[r];
-      for (int64_t d = 0; d < hd; ++d) p[2 + d] = w.O[r * hd + d];
-    }
+  if (u.partial >= 0) {  // (m, l, O) per row and cell, merged with the other key ranges later
+    const int64_t cells = u.k1 > u.k0 ? (u.k1 - 1) / kFlashKeyCell - cell0 + 1 : 1;
+    while (cell < cells) write_cell();
     return;
   }
   for (int64_t r = 0; r < R; ++r) {

@@ -149,6 +149,9 @@ struct AttentionScratch {
   };
   std::vector<Split> splits;
   std::vector<float> partial;
+  // Key cells one flash unit runs through (0: chosen by the step's size and the threads).
+  // Each cell's sums are the same whatever it is; tests set it.
+  int64_t cells_per_run = 0;
 };
 
 void attention(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch);
