@@ -121,7 +121,8 @@ struct FlashUnit {
   int64_t kvh = 0, h0 = 0, h1 = 0, t0 = 0, t1 = 0, k0 = 0, k1 = 0;
   // -1: normalise and write the output rows. Otherwise the unit covers part of the keys and
   // writes each row's running max, sum and unnormalised output, [rows, 2 + head_dim] floats,
-  // at partial + this offset; the splits are merged after the parallel loop.
+  // at partial + this offset, one such range per key cell (kFlashKeyCell) its keys span, in
+  // order; the splits are merged after the parallel loop.
   int64_t partial = -1;
   int64_t rows() const { return (t1 - t0) * (h1 - h0); }
 };
