@@ -274,15 +274,15 @@ void split_keys(const AttentionArgs& a, AttentionScratch& s, int threads) {
   const int64_t n_units = static_cast<int64_t>(s.units.size()), cell = detail::kFlashKeyCell;
   int64_t n_cells = 0;  // cells of the units that span more than one
   for (const FlashUnit& u : s.units)
-    if (u.k0 / cell != (u.k1 - 1) / cell) n_cells += (u.k1 - 1) / cell - u.k0 / cell + 1;
+    if (const int64_t n = detail::key_cells(u.k0, u.k1); n > 1) n_cells += n;
   const int64_t run = s.cells_per_run > 0
                           ? s.cells_per_run
                           : std::clamp<int64_t>(n_cells / (4 * int64_t{threads}), 1, 8);
   int64_t partial = 0;
   for (int64_t i = 0; i < n_units; ++i) {
     const FlashUnit u = s.units[i];
-    if (u.k0 / cell == (u.k1 - 1) / cell) continue;  // inside one cell
-    const int64_t c0 = u.k0 / cell, c1 = (u.k1 - 1) / cell + 1;  // its cells [c0, c1)
+    const int64_t c0 = u.k0 / cell, c1 = c0 + detail::key_cells(u.k0, u.k1);  // cells [c0, c1)
+    if (c1 - c0 == 1) continue;  // inside one cell
     const int64_t range_floats = u.rows() * (2 + a.head_dim);
     AttentionScratch::Split split{u, c1 - c0};
     split.whole.partial = partial;

@@ -165,8 +165,7 @@ void flash_unit_loop(const AttentionArgs& a, const FlashUnit& u, float* work, fl
                         row_bytes});
   }
   if (u.partial >= 0) {  // (m, l, O) per row and cell, merged with the other key ranges later
-    const int64_t cells = u.k1 > u.k0 ? (u.k1 - 1) / kFlashKeyCell - cell0 + 1 : 1;
-    while (cell < cells) write_cell();
+    while (cell < key_cells(u.k0, u.k1)) write_cell();
     return;
   }
   for (int64_t r = 0; r < R; ++r) {

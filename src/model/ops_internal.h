@@ -19,6 +19,11 @@ constexpr int64_t kFlashMaxHeadDim = 256;
 // pieces run on any thread and are merged in a fixed order).
 constexpr int64_t kFlashKeyCell = 512;
 
+// The key cells a flash unit's keys [k0, k1) span (k1 > k0): one partial range each.
+inline int64_t key_cells(int64_t k0, int64_t k1) {
+  return (k1 - 1) / kFlashKeyCell - k0 / kFlashKeyCell + 1;
+}
+
 // The first key position a query at `pos` sees: 0, or the start of its sliding window.
 inline int64_t first_visible(int64_t window, int64_t pos) {
   return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
