@@ -61,9 +61,16 @@ double percentile_of(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
 }
 
+namespace {
+
+// A server --speculative mode that drafts ("" is the server's default: off).
+bool is_speculative(const std::string& mode) { return !mode.empty() && mode != "off"; }
+
+}  // namespace
+
 void add_same_text(const std::vector<SchemeResult>& results, std::vector<SchemeSummary>& rows) {
   for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].speculative != "ngram" || !results[i].peer.empty()) continue;
+    if (!is_speculative(results[i].speculative) || !results[i].peer.empty()) continue;
     for (const SchemeResult& plain : results) {
       if (plain.scheme != results[i].scheme || plain.speculative != "off" || !plain.peer.empty() ||
           plain.requests.size() != results[i].requests.size())
@@ -80,7 +87,7 @@ SchemeSummary summarize(const SchemeResult& r) {
   SchemeSummary s;
   s.name = std::string(scheme_name(r.scheme));
   if (!r.peer.empty()) s.name += " (" + r.peer + ")";
-  s.speculative = r.speculative == "ngram";
+  s.speculative = is_speculative(r.speculative);
   s.requests = r.requests.size();
   s.wall_s = r.wall_s;
   std::vector<double> ttft, tpot, itl, lat;

@@ -118,6 +118,8 @@ SchemeResult run_scheme(const FimLayout& layout, const Workload& w, Scheme s,
     spec.kv_cache_mb = opts.kv_cache_mb;
     spec.max_requests = opts.max_requests;
     spec.speculative = opts.speculative;
+    if (opts.speculative == "draft" || opts.speculative == "ngram+draft")
+      spec.draft_model = opts.draft_model;
     if (!out.peer.empty()) {
       EFIM_CHECK(!is_auto(s), "the peer llama-server takes token prompts: scheme ",
                  scheme_name(s), " sends text with a suffix");

@@ -24,6 +24,7 @@ struct RunOptions {
   int kv_cache_mb = 512;
   int max_requests = 0;  // > 0: server --max-requests
   std::string speculative;  // server --speculative ("" = its default)
+  std::string draft_model;  // server --draft-model ("" = none)
   std::string log_dir;   // server logs (serve-<scheme>.log)
   bool progress = true;  // a progress line on stderr
   double request_timeout_s = 600;

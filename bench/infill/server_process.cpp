@@ -108,6 +108,10 @@ std::vector<std::string> serve_argv(const ServeSpec& s) {
     a.push_back("--speculative");
     a.push_back(s.speculative);
   }
+  if (!s.draft_model.empty()) {
+    a.push_back("--draft-model");
+    a.push_back(s.draft_model);
+  }
   if (s.max_requests > 0) {
     a.push_back("--max-requests");
     a.push_back(std::to_string(s.max_requests));

@@ -23,6 +23,7 @@ struct ServeSpec {
   int kv_cache_mb = 512;
   int max_requests = 0;  // > 0: --max-requests
   std::string speculative;  // --speculative ("" = the server's default)
+  std::string draft_model;  // --draft-model ("" = none)
   std::string log_path;  // where the server's stderr goes
   double start_timeout_s = 120;
   // Non-empty: exe is llama.cpp's llama-server ("llama-server"), run with -np peer_slots and

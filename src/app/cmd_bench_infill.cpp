@@ -32,7 +32,10 @@ struct BenchInfillArgs {
   WorkloadOptions workload;
   SamplingSpec sampling;
   int threads = 0, kv_cache_mb = 512, max_requests = 0;
-  std::string speculative = "off";  // off, ngram or both (each scheme twice)
+  // off, ngram, draft, ngram+draft, a comma list of them (each scheme once per mode), or both
+  // (off,ngram)
+  std::string speculative = "off";
+  std::string draft_model;  // --draft-model of the servers whose mode drafts with a model
   std::string peer_llama_server;   // llama-server binary: each token-prompt scheme again with it
   bool no_progress = false;
 };
@@ -110,10 +113,24 @@ void run_bench_infill(BenchInfillArgs& a) {
   const std::vector<Scheme> schemes = parse_schemes(a.schemes);
   EFIM_CHECK(a.server_url.empty() || schemes.size() == 1,
              "--server benchmarks one running server: give exactly one --schemes name");
-  EFIM_CHECK(a.speculative == "off" || a.speculative == "ngram" || a.speculative == "both",
-             "--speculative takes off, ngram or both, got '", a.speculative, "'");
-  EFIM_CHECK(a.server_url.empty() || a.speculative != "both",
-             "--speculative both starts two servers; with --server give off or ngram");
+  std::vector<std::string> modes;
+  for (size_t at = 0; at <= a.speculative.size();) {
+    const size_t comma = std::min(a.speculative.find(',', at), a.speculative.size());
+    const std::string m = a.speculative.substr(at, comma - at);
+    if (m == "both") {
+      modes.insert(modes.end(), {"off", "ngram"});
+    } else {
+      EFIM_CHECK(m == "off" || m == "ngram" || m == "draft" || m == "ngram+draft",
+                 "--speculative takes off, ngram, draft, ngram+draft, both or a comma list of "
+                 "them, got '", m, "'");
+      EFIM_CHECK(!a.draft_model.empty() || (m != "draft" && m != "ngram+draft"),
+                 "--speculative ", m, " needs --draft-model");
+      modes.push_back(m);
+    }
+    at = comma + 1;
+  }
+  EFIM_CHECK(a.server_url.empty() || modes.size() == 1,
+             "--speculative ", a.speculative, " starts a server per mode; with --server give one");
   EFIM_CHECK(a.peer_llama_server.empty() || a.server_url.empty(),
              "--peer-llama-server starts its own servers: not with --server");
   EFIM_CHECK(a.peer_llama_server.empty() || is_gguf_path(a.model),
@@ -139,6 +156,7 @@ void run_bench_infill(BenchInfillArgs& a) {
   ro.threads = a.threads;
   ro.kv_cache_mb = a.kv_cache_mb;
   ro.max_requests = a.max_requests;
+  ro.draft_model = a.draft_model;
   ro.progress = !a.no_progress;
   if (!a.out_dir.empty()) {
     std::filesystem::create_directories(a.out_dir);
@@ -149,15 +167,13 @@ void run_bench_infill(BenchInfillArgs& a) {
   // The peer's slots each hold a user's longest prompt and the output, in 256-token steps.
   const int64_t peer_slot_ctx =
       (int64_t(max_prompt_tokens(layout, w.users)) + a.sampling.output_tokens + 255) / 256 * 256;
-  const std::vector<std::string> modes =
-      a.speculative == "both" ? std::vector<std::string>{"off", "ngram"}
-                              : std::vector<std::string>{a.speculative};
   for (Scheme s : schemes) {
     for (const std::string& mode : modes) {
       ro.speculative = mode;  // passed to the servers it starts; labels the row either way
       results.push_back(run_scheme(layout, w, s, ro));
       rows.push_back(summarize(results.back()));
       if (modes.size() > 1 && mode == "ngram") rows.back().name += "+spec";
+      if (modes.size() > 1 && mode != "ngram" && mode != "off") rows.back().name += "+" + mode;
     }
     // The peer on the same token prompts (it always caches: no row for nocache-psm).
     if (!a.peer_llama_server.empty() && !is_auto(s) && scheme_server(s).prefix_cache) {
@@ -231,9 +247,12 @@ void register_bench_infill(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--max-requests", a->max_requests, "Passed to efim serve when > 0");
   cmd->add_option("--speculative", a->speculative,
-                  "Server speculative decoding: ngram, off, or both (each scheme twice: rows "
-                  "without and with '+spec', and how many texts are the same)")
+                  "Server speculative decoding: off, ngram, draft, ngram+draft, or a comma list "
+                  "of them (each scheme once per mode: rows '+spec' for ngram, '+draft', and how "
+                  "many texts are the same as without); both = off,ngram")
       ->capture_default_str();
+  cmd->add_option("--draft-model", a->draft_model,
+                  "The servers' --draft-model for the modes draft and ngram+draft");
   cmd->add_option("--peer-llama-server", a->peer_llama_server,
                   "Path to llama.cpp's llama-server (peers/llama_cpp/build_server.sh builds it): "
                   "each token-prompt scheme is run again against it on the same GGUF and "

@@ -17,14 +17,16 @@ struct GenerateArgs {
   int n_predict = 64;
   int threads = 0;
   std::string kv_type = "f16";
-  std::string speculative = "off";
+  std::string speculative;  // empty: draft with --draft-model, else off
+  std::string draft_model;
   int draft_min = 1, draft_max = 8;
   bool special = false, ignore_eos = false, print_ids = false, add_bos = false;
   SamplingParams sampling;
 };
 
 // Runs on the engine (one request), so speculation on and off take the same path.
-EngineOptions generate_engine(const GenerateArgs& a, const LoadedModel& m, int64_t n_tokens) {
+EngineOptions generate_engine(const GenerateArgs& a, const LoadedModel& m, Model* draft,
+                              int64_t n_tokens) {
   EngineOptions eo;
   eo.kv_type = parse_kv_type(a.kv_type);
   eo.kv.block_size = 16;
@@ -38,14 +40,21 @@ EngineOptions generate_engine(const GenerateArgs& a, const LoadedModel& m, int64
   for (int32_t t : {m.tokenizer.eos(), m.tokenizer.fim().eot})
     if (t >= 0) eos.push_back(t);
   eo.eos_tokens = eos;
-  eo.speculative = speculative_options(a.speculative, a.draft_min, a.draft_max);
+  eo.speculative = speculative_options(a.speculative, a.draft_min, a.draft_max, draft != nullptr);
+  eo.speculative.draft_model = draft;
+  eo.speculative.draft.max_sessions = 1;
   return eo;
 }
 
 void run_generate(const GenerateArgs& a) {
   validate(a.sampling);
   EFIM_CHECK(a.n_predict >= 0, "--n-predict must be >= 0, got ", a.n_predict);
+  // A bad --speculative fails before any model loads.
+  const bool speculating =
+      speculative_options(a.speculative, a.draft_min, a.draft_max, !a.draft_model.empty()).enabled;
   LoadedModel m = load_model(a.model, a.threads);
+  std::unique_ptr<Model> draft;
+  if (!a.draft_model.empty()) draft = load_draft_model(a.draft_model, m);
   std::vector<int32_t> prompt;
   if (!a.prompt_ids.empty()) {
     prompt = parse_token_ids(a.prompt_ids, m.tokenizer.vocab_size());
@@ -61,7 +70,8 @@ void run_generate(const GenerateArgs& a) {
              " tokens) + --n-predict (", a.n_predict, ") exceeds the context of ", ctx);
   if (a.n_predict == 0) return (void)std::printf("\n");
 
-  Engine engine(*m.model, generate_engine(a, m, static_cast<int64_t>(prompt.size()) + a.n_predict));
+  Engine engine(*m.model,
+                generate_engine(a, m, draft.get(), static_cast<int64_t>(prompt.size()) + a.n_predict));
   Request r;
   r.prompt = prompt;
   r.sampling = a.sampling;
@@ -89,12 +99,17 @@ void run_generate(const GenerateArgs& a) {
   std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s"
                " (%.1f tok/s)\n", n_prompt, prefill_s, n_prompt / prefill_s, generated, decode_s,
                generated > 1 && decode_s > 0 ? (generated - 1) / decode_s : 0.0);
-  if (a.speculative != "off") {
+  if (speculating) {
     std::fprintf(stderr, "speculative: %d decode steps for %d tokens (%.2f tokens per step); %d "
                  "draft tokens, %d accepted (%.1f%%)\n", res.n_steps - 1, generated - 1,
                  res.n_steps > 1 ? double(generated - 1) / (res.n_steps - 1) : 0.0,
                  res.n_draft_tokens, res.n_accepted,
                  res.n_draft_tokens ? 100.0 * res.n_accepted / res.n_draft_tokens : 0.0);
+    if (draft) {
+      const EngineMetrics em = engine.metrics();
+      std::fprintf(stderr, "draft model: %lld tokens computed\n",
+                   static_cast<long long>(em.draft_model_evaluated));
+    }
   }
 }
 
@@ -120,8 +135,12 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--kv-type", a->kv_type, "K/V cache element type: f16, q8_0 or f32")
       ->capture_default_str();
   cmd->add_option("--speculative", a->speculative,
-                  "Speculative decoding: ngram (drafts copied from the prompt and output) or off")
+                  "Speculative decoding: ngram (drafts copied from the prompt and output), draft "
+                  "(a draft model's greedy continuation), ngram+draft (the draft model where the "
+                  "n-gram finds none) or off; default: draft with --draft-model, else off")
       ->capture_default_str();
+  cmd->add_option("--draft-model,--model-draft", a->draft_model,
+                  "A small model with the same tokenizer that drafts (HF folder or .gguf)");
   cmd->add_option("--draft-min", a->draft_min, "Shortest speculative draft")->capture_default_str();
   cmd->add_option("--draft-max", a->draft_max, "Longest speculative draft")->capture_default_str();
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating after end-of-text tokens");

@@ -30,7 +30,9 @@ struct ServeArgs {
   std::string kv_type = "f16";
   // Off by default: on this 2-core AVX2 VM a verify step of k rows costs nearly k steps (int8
   // matmul is compute-bound here), so drafts did not pay (README, "Speculative decoding").
-  std::string speculative = "off";
+  std::string speculative;  // empty: draft with --draft-model, else off
+  std::string draft_model;
+  int draft_sessions = 4;
   int draft_min = 1, draft_max = 8;
   int draft_memory = 4;
   bool no_prefix_cache = false;
@@ -171,9 +173,13 @@ void run_serve(ServeArgs& a) {
   a.server.max_buffered_bytes = size_t(a.max_buffered_mb) << 20;
   a.server.model_path = a.model;
   const SpeculativeOptions speculative =  // a bad value fails before the model loads
-      speculative_options(a.speculative, a.draft_min, a.draft_max);
+      speculative_options(a.speculative, a.draft_min, a.draft_max, !a.draft_model.empty());
+  const std::string spec_mode =
+      !a.speculative.empty() ? a.speculative : a.draft_model.empty() ? "off" : "draft";
   StopOnSignal signals;
   LoadedModel m = load_model(a.model, a.threads);
+  std::unique_ptr<Model> draft;
+  if (!a.draft_model.empty()) draft = load_draft_model(a.draft_model, m);
   a.server.healing.fragment_trained = m.model->config().fragment_tokenization;
   a.server.card = model_card(a.model, *m.model);
   EngineOptions eo;
@@ -183,6 +189,8 @@ void run_serve(ServeArgs& a) {
   eo.tokenizer = &m.tokenizer;
   eo.speculative = speculative;
   eo.speculative.memory.docs_per_place = size_t(a.draft_memory);
+  eo.speculative.draft_model = draft.get();
+  eo.speculative.draft.max_sessions = a.draft_sessions;
   Engine engine(*m.model, eo);
   const int32_t n_ctx = served_context(a, m.model->config(), engine.kv_slots());
   EFIM_CHECK(a.max_tokens_in_flight >= -1,
@@ -202,7 +210,7 @@ void run_serve(ServeArgs& a) {
                a.token_healing.c_str(),
                a.server.healing.fragment_trained ? " (fragment-trained model)" : "",
                a.no_prefix_cache ? "off" : "on", (long long)engine.kv_slots(), a.kv_type.c_str(),
-               a.speculative.c_str());
+               spec_mode.c_str());
   signals.start(server, engine, a.shutdown_timeout_s, a.drain_grace_s);
   server.listen();
   signals.stop();
@@ -222,7 +230,15 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--speculative", a->speculative,
                   "Speculative decoding: ngram (drafts copied from the request's own text, verified "
-                  "in one step; the text is unchanged) or off")
+                  "in one step; the text is unchanged), draft (a draft model's greedy "
+                  "continuation), ngram+draft (the draft model where the n-gram finds none) or "
+                  "off; default: draft with --draft-model, else off");
+  cmd->add_option("--draft-model,--model-draft", a->draft_model,
+                  "A small model with the same tokenizer that drafts (HF folder or .gguf)");
+  cmd->add_option("--draft-sessions", a->draft_sessions,
+                  "Draft model K/V caches: requests that draft at once (each kept for the next "
+                  "request at the same place)")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--draft-min", a->draft_min, "Shortest speculative draft")->capture_default_str();
   cmd->add_option("--draft-max", a->draft_max, "Longest speculative draft")->capture_default_str();

@@ -134,6 +134,21 @@ std::string ftype_name(uint64_t ftype) {
 
 }  // namespace
 
+std::unique_ptr<Model> load_draft_model(const std::string& path, LoadedModel& target) {
+  const Tokenizer tok = load_tokenizer(path);
+  const Tokenizer& want = target.tokenizer;
+  EFIM_CHECK(tok.vocab_size() == want.vocab_size(), "--draft-model ", path, ": its tokenizer has ",
+             tok.vocab_size(), " tokens, the model's ", want.vocab_size());
+  for (int32_t id = 0; id < want.vocab_size(); ++id)
+    EFIM_CHECK(tok.token_text(id) == want.token_text(id), "--draft-model ", path, ": token ", id,
+               " is '", tok.token_text(id), "', the model's '", want.token_text(id),
+               "' (a draft model must share the model's tokenizer)");
+  preload_with_progress(path);
+  LoadOptions opts;
+  opts.pool = &target.model->pool();
+  return Model::load(path, opts);
+}
+
 ModelCard model_card(const std::string& path, const Model& model) {
   ModelCard card;
   card.family = std::string(arch_name(model.config().arch));
@@ -201,13 +216,20 @@ std::vector<int32_t> parse_token_ids(const std::string& s, int32_t vocab) {
   return ids;
 }
 
-SpeculativeOptions speculative_options(const std::string& mode, int draft_min, int draft_max) {
-  EFIM_CHECK(mode == "ngram" || mode == "off", "--speculative must be ngram or off, got '", mode,
-             "'");
+SpeculativeOptions speculative_options(const std::string& mode_arg, int draft_min, int draft_max,
+                                       bool have_draft_model) {
+  const std::string mode = !mode_arg.empty() ? mode_arg : have_draft_model ? "draft" : "off";
+  EFIM_CHECK(mode == "ngram" || mode == "off" || mode == "draft" || mode == "ngram+draft",
+             "--speculative must be off, ngram, draft or ngram+draft, got '", mode, "'");
+  const bool uses_model = mode == "draft" || mode == "ngram+draft";
+  EFIM_CHECK(!uses_model || have_draft_model, "--speculative ", mode, " needs --draft-model");
+  EFIM_CHECK(uses_model || !have_draft_model || mode == "off", "--draft-model is given but "
+             "--speculative ", mode, " does not use it (give draft or ngram+draft)");
   EFIM_CHECK(draft_min >= 1 && draft_max >= draft_min && draft_max <= 64, "--draft-min ",
              draft_min, " and --draft-max ", draft_max, " must satisfy 1 <= min <= max <= 64");
   SpeculativeOptions o;
-  o.enabled = mode == "ngram";
+  o.enabled = mode != "off";
+  o.ngram = mode == "ngram" || mode == "ngram+draft";
   o.min_draft = draft_min;
   o.max_draft = draft_max;
   o.start_draft = std::clamp(4, draft_min, draft_max);

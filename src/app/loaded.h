@@ -42,9 +42,16 @@ struct FolderConvertOptions {
 ConvertResult convert_folder_to_gguf(const std::string& hf_dir, const std::string& gguf_path,
                                      const FolderConvertOptions& o);
 
-// --speculative ngram|off with --draft-min / --draft-max, as the engine's options; throws Error
-// naming the option for a bad value.
-SpeculativeOptions speculative_options(const std::string& mode, int draft_min, int draft_max);
+// --speculative off|ngram|draft|ngram+draft with --draft-min / --draft-max, as the engine's
+// options (draft: the draft model drafts; ngram+draft: n-gram drafts first, the draft model
+// where none is found; the caller sets draft_model); throws Error naming the option for a bad
+// value. An empty mode: draft with a draft model, else off.
+SpeculativeOptions speculative_options(const std::string& mode, int draft_min, int draft_max,
+                                       bool have_draft_model = false);
+
+// --draft-model: a model that drafts for `target`, run on the target's threads. Throws Error
+// unless its tokenizer is the target's (the same tokens, spelled the same).
+std::unique_ptr<Model> load_draft_model(const std::string& path, LoadedModel& target);
 
 // Reads --text or --file (exactly one must be given).
 std::string text_argument(const std::string& text, const std::string& file, const char* what);

@@ -58,6 +58,22 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+namespace {
+
+// The draft model of options.speculative, if any, after checking it suits the target.
+std::unique_ptr<DraftModel> make_draft_model(const ModelConfig& target, const EngineOptions& o,
+                                             const std::vector<int32_t>& eos) {
+  Model* m = o.speculative.draft_model;
+  if (!m) return nullptr;
+  // Vocabulary sizes may differ by padding rows (Qwen2.5-Coder 0.5B: 151936, 7B: 152064);
+  // whether the tokens are the same is the caller's to check (app::load_draft_model).
+  DraftModelOptions d = o.speculative.draft;
+  d.kv_type = o.kv_type;
+  return std::make_unique<DraftModel>(*m, d, eos, static_cast<int32_t>(target.vocab));
+}
+
+}  // namespace
+
 Engine::Engine(Model& model, const EngineOptions& options)
     : model_(model),
       opt_(options),
@@ -71,6 +87,7 @@ Engine::Engine(Model& model, const EngineOptions& options)
       sched_(options.scheduler, kv_),
       runner_(model, cache_),
       draft_memory_(options.speculative.memory),
+      draft_model_(make_draft_model(model.config(), options, eos_)),
       thread_([this] { loop(); }) {}
 
 int64_t Engine::kv_bytes_per_token(const ModelConfig& c, DType kv_type) {
@@ -138,7 +155,7 @@ std::shared_ptr<RequestStream> Engine::submit(Request r) {
       const int32_t max = live.request.max_draft > 0
                               ? std::clamp(live.request.max_draft, so.min_draft, so.max_draft)
                               : so.max_draft;
-      live.drafting.reset(new Live::Drafting{NgramIndex(so.ngram),
+      live.drafting.reset(new Live::Drafting{NgramIndex(so.ngram_index),
                                              DraftLength(so.min_draft, max, so.start_draft)});
       // Later documents win a lookup: the output (appended to the prompt's document, kOwn) over
       // the caller's documents over the prompt.
@@ -215,6 +232,10 @@ EngineMetrics Engine::metrics() {
     m.n_running = static_cast<int32_t>(sched_.running().size());
     m.n_waiting = static_cast<int32_t>(sched_.waiting().size());
     m.kv = kv_.stats();
+    if (draft_model_) {
+      m.draft_model_evaluated = draft_model_->stats().evaluated;
+      m.draft_model_reused = draft_model_->stats().reused;
+    }
   });
   return m;
 }
@@ -328,7 +349,10 @@ void Engine::draft() {
     const int32_t room = l.request.max_tokens - static_cast<int32_t>(l.result.tokens.size()) - 1;
     const int32_t k = std::min(l.drafting->length.next(), room);
     if (k <= 0) continue;
-    const std::vector<int32_t> d = l.drafting->index.propose(Live::Drafting::kOwn, k);
+    std::vector<int32_t> d;
+    if (opt_.speculative.ngram) d = l.drafting->index.propose(Live::Drafting::kOwn, k);
+    if (d.empty() && draft_model_)
+      d = draft_model_->propose(id, sched_.tokens(id), k, l.request.draft_p_min);
     if (!d.empty()) sched_.set_draft(id, d);
   }
 }
@@ -428,6 +452,7 @@ void Engine::finish(SeqId id, FinishReason reason, std::string error) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
   Live& l = it->second;
+  if (draft_model_) draft_model_->release(id);
   if (sched_.contains(id)) {
     l.result.n_preemptions = sched_.n_preemptions(id);
     sched_.remove(id);

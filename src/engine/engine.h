@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/draft_model.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/runner.h"
@@ -32,13 +33,19 @@
 
 namespace efim {
 
-// Speculative decoding without a draft model (sampling/ngram_draft.h): before a step, a
-// decoding sequence gets a draft copied from where its last tokens occurred before (its prompt,
-// its output, Request.draft_documents); the step computes the token and the draft together, and
-// the runner accepts drafts while they equal the tokens drawn, so the output is unchanged.
+// Speculative decoding: before a step, a decoding sequence gets a draft copied from where its
+// last tokens occurred before (sampling/ngram_draft.h: its prompt, its output,
+// Request.draft_documents) or the greedy continuation of a draft model (engine/draft_model.h);
+// the step computes the token and the draft together, and the runner accepts drafts while they
+// equal the tokens drawn, so the output is unchanged.
 struct SpeculativeOptions {
   bool enabled = false;
-  NgramDraftOptions ngram;
+  bool ngram = true;  // n-gram drafts (with a draft model: first, the model where none is found)
+  // Borrowed, optional: a model with the target's vocabulary size that drafts (must outlive
+  // the engine; the engine thread runs it). The sessions' K/V type is the engine's kv_type.
+  Model* draft_model = nullptr;
+  DraftModelOptions draft;
+  NgramDraftOptions ngram_index;
   DraftMemoryOptions memory;  // the previous completions per Request.draft_place (0 docs: none)
   int32_t min_draft = 1, max_draft = 8, start_draft = 4;  // DraftLength's adaptive range
 };
@@ -175,6 +182,7 @@ class Engine {
   SeqId next_probe_ = -1;
   int64_t steps_ = 0;                     // engine thread only
   DraftMemory draft_memory_;              // engine thread only
+  std::unique_ptr<DraftModel> draft_model_;  // with SpeculativeOptions.draft_model
   EngineMetrics metrics_;                 // engine thread only; gauges filled by metrics()
 
   std::atomic<RequestId> next_id_{1};

@@ -60,6 +60,10 @@ struct EngineMetrics {
   // vllm:spec_decode_num_draft_tokens_total (tokens in them),
   // vllm:spec_decode_num_accepted_tokens_total (of those, accepted).
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  // efim_draft_model_tokens_total{kind}: tokens the draft model computed (evaluated: catching
+  // up with a sequence and drafting) and those a request found in the session it took, left
+  // there by an earlier request (reused).
+  int64_t draft_model_evaluated = 0, draft_model_reused = 0;
 };
 
 }  // namespace efim

@@ -35,6 +35,9 @@ struct Request {
   // While healing it is off. It never changes the output, only how many steps it takes.
   bool speculative = true;
   int32_t max_draft = 0;  // > 0: drafts at most this long (within the engine's range)
+  // >= 0: a draft model's draft ends before a token it gives less probability than this
+  // (llama.cpp's speculative.p_min); < 0: the engine's (SpeculativeOptions.draft.p_min).
+  float draft_p_min = -1.0f;
   // More text the drafts may be copied from besides the prompt and the output.
   std::vector<std::vector<int32_t>> draft_documents;
   // The previous completions at the same place (sampling/ngram_draft.h DraftMemory, kept by

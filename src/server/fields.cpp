@@ -127,8 +127,11 @@ void parse_speculative(const json& body, Request& r) {
   }
   // The shortest draft is the engine's (efim serve --draft-min); any value is accepted.
   (void)http::get_int(body, "speculative.n_min", 0, 1024);
-  // llama.cpp's draft-model probability floor; n-gram drafts have no probabilities.
-  (void)http::get_number(body, "speculative.p_min");
+  // llama.cpp's draft-model probability floor (n-gram drafts have no probabilities).
+  if (auto v = http::get_number(body, "speculative.p_min")) {
+    EFIM_CHECK(*v >= 0 && *v <= 1, "field 'speculative.p_min' must be in [0, 1], got ", *v);
+    r.draft_p_min = static_cast<float>(*v);
+  }
 }
 
 std::vector<std::string> parse_stops(const json& body, const char* field) {

@@ -95,6 +95,11 @@ void engine_series(PromText& p, const EngineMetrics& m) {
   p.one("vllm:spec_decode_num_accepted_tokens_total", "counter",
         "Draft tokens accepted (equal to the token drawn at their position).",
         m.spec_accepted_tokens);
+  p.family("efim_draft_model_tokens_total", "counter",
+           "Tokens the draft model computed (catching up with a request and drafting) and those "
+           "a request found in the draft session it took, left there by an earlier one (reused).");
+  p.sample("efim_draft_model_tokens_total", {{"kind", "evaluated"}}, m.draft_model_evaluated);
+  p.sample("efim_draft_model_tokens_total", {{"kind", "reused"}}, m.draft_model_reused);
   p.family("vllm:request_success_total", "counter", "Finished requests by finish reason.");
   p.sample("vllm:request_success_total", {{"finished_reason", "stop"}}, m.finished_stop);
   p.sample("vllm:request_success_total", {{"finished_reason", "length"}}, m.finished_length);

@@ -46,6 +46,12 @@ expect_ok "generate sampled" "generated 8 tokens" "$EFIM" generate "$WORK/t8.ggu
 s1=$("$EFIM" generate "$WORK/t.gguf" "def " -n 12 --ids --ignore-eos --temp 1 --seed 5 2>/dev/null)
 s2=$("$EFIM" generate "$WORK/t.gguf" "def " -n 12 --ids --ignore-eos --temp 1 --seed 5 2>/dev/null)
 [ "$s1" = "$s2" ] && [ -n "$s1" ] && pass || failc "same seed gave '$s1' and '$s2'"
+# A draft model (the Q8_0 copy drafting for the bf16 one): the same tokens as plain decoding.
+g0=$("$EFIM" generate "$WORK/t.gguf" "def " -n 16 --ids --ignore-eos 2>/dev/null)
+g1=$("$EFIM" generate "$WORK/t.gguf" "def " -n 16 --ids --ignore-eos --draft-model "$WORK/t8.gguf" \
+  2>"$WORK/draft.err")
+[ "$g0" = "$g1" ] && [ -n "$g0" ] && grep -q "draft model: [0-9]* tokens computed" "$WORK/draft.err" \
+  && pass || failc "draft model gave '$g1' for '$g0': $(cat "$WORK/draft.err")"
 expect_ok "logits" '"rows":3' "$EFIM" logits "$WORK/t.gguf" --tokens "5 6 7" --all --out "$WORK/l.f32"
 [ "$(stat -c %s "$WORK/l.f32")" = $((3 * 300 * 4)) ] && pass || failc "logits file size"
 
@@ -66,6 +72,22 @@ expect_err "id out of range" "outside the vocabulary" "$EFIM" generate "$WORK/t.
 expect_err "non-numeric id" "expected a number" "$EFIM" logits "$WORK/t.gguf" --tokens "1 x" --out "$WORK/o"
 expect_err "context overflow" "exceeds the context" "$EFIM" generate "$WORK/t.gguf" "x" -n 100000
 expect_err "bad temperature" "temperature" "$EFIM" generate "$WORK/t.gguf" "x" --temp -1
+"$PY" - "$M/tokenizer.json" "$WORK/other_tok.json" <<'PYEOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+v = t["model"]["vocab"]
+a, b = sorted(v, key=v.get)[280:282]  # two merged tokens change places
+v[a], v[b] = v[b], v[a]
+json.dump(t, open(sys.argv[2], "w"))
+PYEOF
+mkdir -p "$WORK/other" && cp "$M"/*.safetensors "$M/config.json" "$WORK/other/" \
+  && cp "$WORK/other_tok.json" "$WORK/other/tokenizer.json"
+expect_err "draft model, other tokenizer" "draft-model .*token 28[01] is" "$EFIM" generate \
+  "$WORK/t.gguf" "x" --draft-model "$WORK/other"
+expect_err "draft mode without a draft model" "needs --draft-model" "$EFIM" generate "$WORK/t.gguf" \
+  "x" --speculative draft
+expect_err "bad speculative mode" "off, ngram, draft or ngram\+draft" "$EFIM" generate \
+  "$WORK/t.gguf" "x" --speculative fast
 expect_err "empty prompt" "prompt is empty|either as text" "$EFIM" generate "$WORK/t.gguf" ""
 printf '\xff\xfe invalid utf-8 \xc3' > "$WORK/bad.txt"
 expect_ok "invalid utf-8 prompt" "tokens" "$EFIM" tokenize "$WORK/t.gguf" --text-file "$WORK/bad.txt"

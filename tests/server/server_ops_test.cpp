@@ -491,5 +491,43 @@ TEST_F(ServerTest, SpeculativeDecodingKeepsTheTextAndIsCounted) {
             std::string::npos);
 }
 
+// A draft model (here the model itself, so every draft is right): the same text as without,
+// llama.cpp's speculative.p_min honoured (1: the draft model is never that sure, nothing is
+// drafted), and the draft model's tokens counted.
+TEST_F(ServerTest, DraftModelKeepsTheTextHonoursPMinAndIsCounted) {
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < 24; ++i) ids.push_back(5 + (i * 37) % 250);
+  const json body = token_prompt(ids, 30);
+  std::string plain;
+  {
+    Running s(dir_->path());
+    auto c = s.client();
+    plain = post(c, "/v1/completions", body)["choices"][0]["text"];
+  }
+  RunOptions ro;
+  ro.draft_dir = dir_->path();
+  Running s(dir_->path(), ro);
+  auto c = s.client();
+  json low = body;
+  low["speculative.p_min"] = 0.0;
+  EXPECT_EQ(post(c, "/v1/completions", low)["choices"][0]["text"], plain);
+  const Metrics m1 = metrics(c);
+  const double drafted = m1.get("vllm:spec_decode_num_draft_tokens_total");
+  EXPECT_GT(drafted, 0);
+  EXPECT_EQ(m1.get("vllm:spec_decode_num_accepted_tokens_total"), drafted);
+  EXPECT_GT(m1.get("efim_draft_model_tokens_total", ",kind=\"evaluated\""), 0);
+  json sure = body;
+  sure["speculative.p_min"] = 1.0;
+  EXPECT_EQ(post(c, "/v1/completions", sure)["choices"][0]["text"], plain);
+  const Metrics m2 = metrics(c);
+  EXPECT_EQ(m2.get("vllm:spec_decode_num_draft_tokens_total"), drafted);
+  // The second request found the first one's prompt in the draft model's session.
+  EXPECT_GE(m2.get("efim_draft_model_tokens_total", ",kind=\"reused\""), double(ids.size()) - 1);
+  json bad = body;
+  bad["speculative.p_min"] = 1.5;
+  EXPECT_NE(post(c, "/v1/completions", bad, 400).dump().find("speculative.p_min"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace efim

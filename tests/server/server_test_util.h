@@ -34,6 +34,7 @@ struct RunOptions {
   size_t max_buffered_bytes = size_t(256) << 20;
   int64_t max_tokens_in_flight = 0;
   bool speculative = false;  // the engine's n-gram speculation (efim serve's default is on)
+  std::string draft_dir = {};  // a model folder that drafts instead (speculation on)
 };
 
 struct Running {  // one model + engine + server; the server listens on its own thread
@@ -50,6 +51,12 @@ struct Running {  // one model + engine + server; the server listens on its own 
     eo.kv.n_blocks = ro.n_blocks;
     eo.kv.prefix_cache = ro.prefix_cache;
     eo.speculative.enabled = ro.speculative;
+    if (!ro.draft_dir.empty()) {
+      draft = Model::load(ro.draft_dir, LoadOptions{.n_threads = 1});
+      eo.speculative.enabled = true;
+      eo.speculative.ngram = false;
+      eo.speculative.draft_model = draft.get();
+    }
     if (ro.step_delay_ms > 0)
       eo.on_step = [ms = ro.step_delay_ms](const StepPlan&) {
         std::this_thread::sleep_for(std::chrono::milliseconds(ms));
@@ -82,6 +89,7 @@ struct Running {  // one model + engine + server; the server listens on its own 
     return c;
   }
   std::unique_ptr<Model> model;
+  std::unique_ptr<Model> draft;  // with RunOptions.draft_dir
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Server> server;
