@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -137,9 +138,13 @@ std::string ftype_name(uint64_t ftype) {
 std::unique_ptr<Model> load_draft_model(const std::string& path, LoadedModel& target) {
   const Tokenizer tok = load_tokenizer(path);
   const Tokenizer& want = target.tokenizer;
-  EFIM_CHECK(tok.vocab_size() == want.vocab_size(), "--draft-model ", path, ": its tokenizer has ",
-             tok.vocab_size(), " tokens, the model's ", want.vocab_size());
-  for (int32_t id = 0; id < want.vocab_size(); ++id)
+  // Sizes may differ by padding entries (a GGUF lists one token per embedding row: Qwen2.5-Coder
+  // 0.5B 151,936, 7B 152,064); llama.cpp allows 128 more or fewer, and so does efim.
+  const int32_t common = std::min(tok.vocab_size(), want.vocab_size());
+  EFIM_CHECK(std::abs(tok.vocab_size() - want.vocab_size()) <= 128, "--draft-model ", path,
+             ": its tokenizer has ", tok.vocab_size(), " tokens, the model's ", want.vocab_size(),
+             " (at most 128 apart)");
+  for (int32_t id = 0; id < common; ++id)
     EFIM_CHECK(tok.token_text(id) == want.token_text(id), "--draft-model ", path, ": token ", id,
                " is '", tok.token_text(id), "', the model's '", want.token_text(id),
                "' (a draft model must share the model's tokenizer)");

@@ -84,6 +84,23 @@ mkdir -p "$WORK/other" && cp "$M"/*.safetensors "$M/config.json" "$WORK/other/" 
   && cp "$WORK/other_tok.json" "$WORK/other/tokenizer.json"
 expect_err "draft model, other tokenizer" "draft-model .*token 28[01] is" "$EFIM" generate \
   "$WORK/t.gguf" "x" --draft-model "$WORK/other"
+# Tokenizers that differ only in padding entries at the end (up to 128, as llama.cpp allows):
+# a draft whose tokenizer lists 290 of the 300 tokens drafts; 150 more is refused.
+mkdir -p "$WORK/d290" "$WORK/d450" && cp "$M"/*.safetensors "$M/config.json" "$WORK/d290/" \
+  && cp "$M"/*.safetensors "$M/config.json" "$WORK/d450/"
+"$PY" "$ROOT/scripts/make_tiny_tokenizer.py" "$WORK/d290/tokenizer.json" --vocab 290
+"$PY" - "$M/tokenizer.json" "$WORK/d450/tokenizer.json" <<'PYEOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+for i in range(150):
+    t["model"]["vocab"][f"<pad{i}>"] = 300 + i
+json.dump(t, open(sys.argv[2], "w"))
+PYEOF
+g2=$("$EFIM" generate "$WORK/t.gguf" "def " -n 16 --ids --ignore-eos --draft-model "$WORK/d290" \
+  2>/dev/null)
+[ "$g0" = "$g2" ] && pass || failc "290-token draft tokenizer gave '$g2' for '$g0'"
+expect_err "draft model, 150 more tokens" "450 tokens, the model's 300 .at most 128 apart" \
+  "$EFIM" generate "$WORK/t.gguf" "x" --draft-model "$WORK/d450"
 expect_err "draft mode without a draft model" "needs --draft-model" "$EFIM" generate "$WORK/t.gguf" \
   "x" --speculative draft
 expect_err "bad speculative mode" "off, ngram, draft or ngram\+draft" "$EFIM" generate \
