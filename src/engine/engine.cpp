@@ -56,10 +56,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-}  // namespace
-
-namespace {
-
 // The draft model of options.speculative, if any, after checking it suits the target.
 std::unique_ptr<DraftModel> make_draft_model(const ModelConfig& target, const EngineOptions& o,
                                              const std::vector<int32_t>& eos) {

@@ -41,8 +41,9 @@ namespace efim {
 struct SpeculativeOptions {
   bool enabled = false;
   bool ngram = true;  // n-gram drafts (with a draft model: first, the model where none is found)
-  // Borrowed, optional: a model with the target's vocabulary size that drafts (must outlive
-  // the engine; the engine thread runs it). The sessions' K/V type is the engine's kv_type.
+  // Borrowed, optional: a model with the target's tokenizer that drafts (must outlive the
+  // engine; the engine thread runs it on its pool). Its sessions' K/V type is the engine's
+  // kv_type; tokens past the target's vocabulary end a draft.
   Model* draft_model = nullptr;
   DraftModelOptions draft;
   NgramDraftOptions ngram_index;
