@@ -4,8 +4,8 @@
 Each user is one Python file. The cursor sits after the indentation of the line nearest the
 file's middle; that line is the hole (its text is removed), the lines after it are the suffix.
 Per keystroke: one greedy /infill (n_predict tokens); the user then types the answer's first
-character, and the next keystroke asks again. A user stops after --keystrokes requests or when
-the answer is empty or starts a new line. Up to --concurrency users type at once (all by
+character, and (after --think-ms) the next keystroke asks again. A user stops after
+--keystrokes requests or when the answer is empty or starts a new line. Up to --concurrency users type at once (all by
 default), each one's keystrokes in order.
 
 Prints requests, generated tokens, TPOT (decode time after the first token / tokens after the
@@ -85,10 +85,12 @@ def user_keystrokes(server, path, args, out, lock):
         content = r.get("content", "")
         t = r.get("timings", {})
         answers.append({"content": content, "predicted_n": t.get("predicted_n", 0),
-                        "predicted_ms": t.get("predicted_ms", 0.0)})
+                        "predicted_ms": t.get("predicted_ms", 0.0),
+                        "prompt_ms": t.get("prompt_ms", 0.0)})
         if not content or content[0] == "\n":
             break
         prefix += content[0]
+        time.sleep(args.think_ms / 1000)  # the user reads the suggestion and types
     with lock:
         out[path] = answers
 
@@ -113,6 +115,8 @@ def main():
     ap.add_argument("--concurrency", type=int, default=0, help="users typing at once (0: all)")
     ap.add_argument("--keystrokes", type=int, default=10)
     ap.add_argument("--n-predict", type=int, default=32)
+    ap.add_argument("--think-ms", type=float, default=0,
+                    help="pause between an answer and the next keystroke (the server idles)")
     ap.add_argument("--min-bytes", type=int, default=4000)
     ap.add_argument("--max-bytes", type=int, default=8000)
     ap.add_argument("--out")
@@ -135,8 +139,10 @@ def main():
     answers = [a for f in files for a in out.get(f, [])]
     decoded = sum(max(0, a["predicted_n"] - 1) for a in answers)
     decode_ms = sum(a["predicted_ms"] for a in answers if a["predicted_n"] > 1)
+    busy_ms = sum(a.get("prompt_ms", 0.0) + a["predicted_ms"] for a in answers)
     print(f"{len(files)} users, {len(answers)} requests, {sum(a['predicted_n'] for a in answers)} tokens, "
-          f"{wall:.2f} s; TPOT {decode_ms / max(1, decoded):.3f} ms")
+          f"{wall:.2f} s; TPOT {decode_ms / max(1, decoded):.3f} ms; "
+          f"server time per request {busy_ms / max(1, len(answers)):.1f} ms")
     drafted1 = metric(args.server, "vllm:spec_decode_num_draft_tokens_total")
     accepted1 = metric(args.server, "vllm:spec_decode_num_accepted_tokens_total")
     if None not in (drafted0, drafted1, accepted0, accepted1) and drafted1 > drafted0:

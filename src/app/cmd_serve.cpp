@@ -33,6 +33,8 @@ struct ServeArgs {
   std::string speculative;  // empty: draft with --draft-model, else off
   std::string draft_model;
   int draft_sessions = 4;
+  int64_t draft_max_catch_up = 64;
+  float draft_p_min = 0.75f;
   int draft_min = 1, draft_max = 8;
   int draft_memory = 4;
   bool no_prefix_cache = false;
@@ -191,6 +193,8 @@ void run_serve(ServeArgs& a) {
   eo.speculative.memory.docs_per_place = size_t(a.draft_memory);
   eo.speculative.draft_model = draft.get();
   eo.speculative.draft.max_sessions = a.draft_sessions;
+  eo.speculative.draft.max_catch_up = a.draft_max_catch_up;
+  eo.speculative.draft.p_min = a.draft_p_min;
   Engine engine(*m.model, eo);
   const int32_t n_ctx = served_context(a, m.model->config(), engine.kv_slots());
   EFIM_CHECK(a.max_tokens_in_flight >= -1,
@@ -239,6 +243,17 @@ void register_serve(CLI::App& app) {
                   "Draft model K/V caches: requests that draft at once (each kept for the next "
                   "request at the same place)")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--draft-max-catch-up", a->draft_max_catch_up,
+                  "A request whose tokens the draft model would first have to evaluate more "
+                  "than this many of gets no drafts; they are evaluated while the server is idle, "
+                  "for the next request at that place (0: at once, however many)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40))
+      ->capture_default_str();
+  cmd->add_option("--draft-p-min", a->draft_p_min,
+                  "A draft model's draft ends before a token it gives less probability than this "
+                  "(requests may say speculative.p_min)")
+      ->check(CLI::Range(0.0f, 1.0f))
       ->capture_default_str();
   cmd->add_option("--draft-min", a->draft_min, "Shortest speculative draft")->capture_default_str();
   cmd->add_option("--draft-max", a->draft_max, "Longest speculative draft")->capture_default_str();

@@ -33,6 +33,8 @@ DraftModel::DraftModel(Model& model, const DraftModelOptions& o, std::vector<int
       vocab_(vocab > 0 ? vocab : static_cast<int32_t>(model.config().vocab)) {
   EFIM_CHECK(o.max_sessions >= 1, "draft model: max_sessions must be >= 1, got ", o.max_sessions);
   EFIM_CHECK(o.chunk >= 1, "draft model: chunk must be >= 1, got ", o.chunk);
+  EFIM_CHECK(o.idle_chunk >= 1, "draft model: idle_chunk must be >= 1, got ", o.idle_chunk);
+  EFIM_CHECK(o.max_catch_up >= 0, "draft model: max_catch_up must be >= 0, got ", o.max_catch_up);
   EFIM_CHECK(o.session_tokens >= 0, "draft model: session_tokens must be >= 0, got ",
              o.session_tokens);
   capacity_ = o.session_tokens > 0 ? o.session_tokens : model.config().max_position;
@@ -70,10 +72,10 @@ DraftModel::Session* DraftModel::session_for(SeqId id, std::span<const int32_t> 
   return best;
 }
 
-std::vector<float> DraftModel::catch_up(Session& s, std::span<const int32_t> tokens, size_t from) {
+std::vector<float> DraftModel::catch_up(Session& s, std::span<const int32_t> tokens, size_t end) {
   std::vector<float> logits;
-  for (size_t i = from; i < tokens.size();) {
-    const size_t n = std::min(tokens.size() - i, static_cast<size_t>(opt_.chunk));
+  for (size_t i = s.fed.size(); i < end;) {
+    const size_t n = std::min(end - i, static_cast<size_t>(opt_.chunk));
     logits = s.s->eval(std::vector<int32_t>(tokens.begin() + i, tokens.begin() + i + n));
     s.fed.insert(s.fed.end(), tokens.begin() + i, tokens.begin() + i + n);
     stats_.evaluated += static_cast<int64_t>(n);
@@ -100,7 +102,13 @@ std::vector<int32_t> DraftModel::propose(SeqId id, std::span<const int32_t> toke
   s->s->truncate(static_cast<int64_t>(keep));
   s->fed.resize(keep);
   if (s->fresh) stats_.reused += static_cast<int64_t>(keep);
-  std::vector<float> logits = catch_up(*s, tokens, keep);
+  if (opt_.max_catch_up > 0 && int64_t(tokens.size() - keep) > opt_.max_catch_up) {
+    s->want.assign(tokens.begin(), tokens.end());  // for idle_work
+    ++stats_.deferred;
+    return {};
+  }
+  s->want.clear();
+  std::vector<float> logits = catch_up(*s, tokens, tokens.size());
   std::vector<int32_t> draft;
   for (int32_t i = 0; i < k; ++i) {
     const auto [t, p] = top_token(logits);
@@ -119,6 +127,24 @@ std::vector<int32_t> DraftModel::propose(SeqId id, std::span<const int32_t> toke
 void DraftModel::release(SeqId id) {
   for (Session& s : sessions_)
     if (s.taken && s.owner == id) s.taken = false;
+}
+
+bool DraftModel::has_idle_work() const {
+  for (const Session& s : sessions_)
+    if (s.want.size() > s.fed.size()) return true;
+  return false;
+}
+
+void DraftModel::idle_work() {
+  Session* next = nullptr;
+  for (Session& s : sessions_)
+    if (s.want.size() > s.fed.size() && (!next || s.last_use > next->last_use)) next = &s;
+  if (!next) return;
+  const size_t end = std::min(next->want.size(), next->fed.size() + size_t(opt_.idle_chunk));
+  const int64_t before = stats_.evaluated;
+  catch_up(*next, next->want, end);
+  stats_.idle += stats_.evaluated - before;
+  if (next->fed.size() == next->want.size()) next->want.clear();
 }
 
 }  // namespace efim

@@ -10,6 +10,11 @@
 // tokens share the longest prefix with its own, so an editor asking again at one place has the
 // draft model evaluate only what changed, as the prefix cache does for the target.
 //
+// Catching up with a long prompt costs the draft model a prefill on the request's critical
+// path. With max_catch_up, a request that would need more gets no drafts; its tokens are noted
+// and idle_work() evaluates them when the engine has nothing else to do (between an editor's
+// keystrokes), so the next request at that place finds them.
+//
 // Engine thread only (the draft model's forward pass runs on the caller's thread and pool).
 #pragma once
 
@@ -31,6 +36,10 @@ struct DraftModelOptions {
   // A draft ends before a token the draft model gives less probability than this (llama.cpp's
   // --draft-p-min): an unsure draft model would mostly add rows the target rejects.
   float p_min = 0.75f;
+  // > 0: a draft needing more than this many tokens evaluated first is not made, its tokens are
+  // left for idle_work; 0: any catch-up runs at once (one request: efim generate).
+  int64_t max_catch_up = 0;
+  int64_t idle_chunk = 32;  // tokens per idle_work call (what a new request may wait for)
 };
 
 class DraftModel {
@@ -50,12 +59,18 @@ class DraftModel {
                                float p_min = -1.0f);
   // The sequence ended: its session stays, with its tokens, for the next request to reuse.
   void release(SeqId id);
+  // Whether a session has tokens left to evaluate (a catch-up put off by max_catch_up).
+  bool has_idle_work() const;
+  // Evaluates up to idle_chunk of them, in the most recently used such session.
+  void idle_work();
 
   struct Stats {
     int64_t proposals = 0;  // propose calls that drafted
     int64_t evaluated = 0;  // tokens the draft model computed (catching up and drafting)
     int64_t reused = 0;     // tokens a request found in the session it took (left by another)
     int64_t refused = 0;    // propose calls without a free session
+    int64_t deferred = 0;   // propose calls that left a long catch-up to idle_work
+    int64_t idle = 0;       // tokens of `evaluated` that idle_work evaluated
   };
   const Stats& stats() const { return stats_; }
   int32_t sessions() const { return static_cast<int32_t>(sessions_.size()); }
@@ -63,15 +78,16 @@ class DraftModel {
  private:
   struct Session {
     std::unique_ptr<ContiguousSession> s;
-    std::vector<int32_t> fed;  // the tokens whose K/V the session holds, in order
+    std::vector<int32_t> fed;   // the tokens whose K/V the session holds, in order
+    std::vector<int32_t> want;  // empty, or tokens to hold, fed a prefix of them (idle_work)
     SeqId owner = 0;
     bool taken = false;
     bool fresh = false;  // just taken by its owner: its tokens are another request's
     uint64_t last_use = 0;
   };
   Session* session_for(SeqId id, std::span<const int32_t> tokens);
-  // Evaluates tokens[from, end) in chunks; the logits of the last one.
-  std::vector<float> catch_up(Session& s, std::span<const int32_t> tokens, size_t from);
+  // Evaluates tokens[s.fed.size(), end) in chunks; the logits of the last one.
+  std::vector<float> catch_up(Session& s, std::span<const int32_t> tokens, size_t end);
 
   Model& model_;
   DraftModelOptions opt_;

@@ -231,6 +231,7 @@ EngineMetrics Engine::metrics() {
     if (draft_model_) {
       m.draft_model_evaluated = draft_model_->stats().evaluated;
       m.draft_model_reused = draft_model_->stats().reused;
+      m.draft_model_idle = draft_model_->stats().idle;
     }
   });
   return m;
@@ -270,7 +271,15 @@ void Engine::loop() {
     bool stopping = false;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !inbox_.empty() || sched_.has_work(); });
+      const auto ready = [&] { return stop_ || !inbox_.empty() || sched_.has_work(); };
+      if (!ready() && draft_model_ && draft_model_->has_idle_work()) {
+        // Nothing to run: the draft model catches up where a request put it off, a chunk at a
+        // time, so that a task posted meanwhile waits for one chunk at most.
+        lk.unlock();
+        draft_model_->idle_work();
+        continue;
+      }
+      cv_.wait(lk, ready);
       stopping = stop_;
       tasks.swap(inbox_);
     }

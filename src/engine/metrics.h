@@ -63,7 +63,8 @@ struct EngineMetrics {
   // efim_draft_model_tokens_total{kind}: tokens the draft model computed (evaluated: catching
   // up with a sequence and drafting) and those a request found in the session it took, left
   // there by an earlier request (reused).
-  int64_t draft_model_evaluated = 0, draft_model_reused = 0;
+  // Of the evaluated, those evaluated while the engine had nothing else to run (idle).
+  int64_t draft_model_evaluated = 0, draft_model_reused = 0, draft_model_idle = 0;
 };
 
 }  // namespace efim

@@ -100,6 +100,10 @@ void engine_series(PromText& p, const EngineMetrics& m) {
            "a request found in the draft session it took, left there by an earlier one (reused).");
   p.sample("efim_draft_model_tokens_total", {{"kind", "evaluated"}}, m.draft_model_evaluated);
   p.sample("efim_draft_model_tokens_total", {{"kind", "reused"}}, m.draft_model_reused);
+  p.family("efim_draft_model_idle_tokens_total", "counter",
+           "Of the tokens the draft model computed, those it computed while the engine had "
+           "nothing else to run (a long catch-up put off by --draft-max-catch-up).");
+  p.sample("efim_draft_model_idle_tokens_total", {}, m.draft_model_idle);
   p.family("vllm:request_success_total", "counter", "Finished requests by finish reason.");
   p.sample("vllm:request_success_total", {{"finished_reason", "stop"}}, m.finished_stop);
   p.sample("vllm:request_success_total", {{"finished_reason", "length"}}, m.finished_length);

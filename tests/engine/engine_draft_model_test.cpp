@@ -7,6 +7,9 @@
 // session.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "engine_test_fixture.h"
 
 namespace efim {
@@ -139,6 +142,56 @@ TEST_F(DraftModelTest, DraftsEndAtTheContextAnEndTokenAndLowConfidence) {
     DraftModel dm(*same_, o, {}, ref[0]);  // a target of ref[0] tokens: ref[0] is none of them
     EXPECT_TRUE(dm.propose(1, p, 8).empty());
   }
+}
+
+// A catch-up longer than max_catch_up is put off: no draft, nothing evaluated, until idle_work
+// has evaluated the tokens a chunk at a time; then the next request there drafts at once.
+TEST_F(DraftModelTest, LongCatchUpWaitsForIdleWork) {
+  DraftModelOptions o;
+  o.p_min = 0.0f;
+  o.max_catch_up = 10;
+  o.idle_chunk = 7;
+  DraftModel dm(*same_, o);
+  const std::vector<int32_t> p = prompt(20, 8);
+  EXPECT_FALSE(dm.has_idle_work());
+  EXPECT_TRUE(dm.propose(1, p, 4).empty());
+  EXPECT_EQ(dm.stats().deferred, 1);
+  EXPECT_EQ(dm.stats().evaluated, 0);
+  dm.release(1);
+  for (int64_t done : {7, 14, 20}) {
+    ASSERT_TRUE(dm.has_idle_work());
+    dm.idle_work();
+    EXPECT_EQ(dm.stats().evaluated, done);
+  }
+  EXPECT_FALSE(dm.has_idle_work());
+  EXPECT_EQ(dm.stats().idle, 20);
+  // The next request: the prompt and 2 typed tokens, only those new to the session.
+  const std::vector<int32_t> p2 = concat(p, prompt(2, 9), 2);
+  EXPECT_EQ(dm.propose(2, p2, 4), reference(p2, 4));
+  EXPECT_EQ(dm.stats().reused, 20);
+  EXPECT_EQ(dm.stats().evaluated, 20 + 2 + 3);
+}
+
+// Through the engine: the first request at a long prompt drafts nothing; the engine, idle
+// after it, lets the draft model catch up; the same prompt again drafts, with the same output.
+TEST_F(DraftModelTest, TheEngineCatchesUpWhileIdle) {
+  EngineOptions o = drafting(options(512, 64, 4), same_);
+  o.speculative.draft.max_catch_up = 8;
+  o.speculative.draft.idle_chunk = 5;
+  Engine e(*model_, o);
+  const std::vector<int32_t> p = prompt(30, 12);
+  const RequestResult first = e.submit(greedy(p, 20))->wait();
+  EXPECT_EQ(first.tokens, reference(p, 20));
+  EXPECT_EQ(first.n_draft_tokens, 0);
+  // The first request's tokens (its prompt, then its output) are evaluated in chunks while idle.
+  for (int i = 0; i < 1000 && e.metrics().draft_model_idle < int64_t(p.size()); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_GE(e.metrics().draft_model_idle, int64_t(p.size()));
+  const RequestResult again = e.submit(greedy(p, 20))->wait();
+  EXPECT_EQ(again.tokens, first.tokens);
+  EXPECT_GT(again.n_draft_tokens, 0);
+  EXPECT_EQ(again.n_accepted, again.n_draft_tokens);
+  e.check_invariants();
 }
 
 TEST_F(DraftModelTest, GreedyOutputIsUnchangedAndTheModelItselfIsAlwaysAccepted) {
