@@ -55,9 +55,12 @@ constexpr int kMaxX = 4;  // rows of x per pass over a group
 // runs on a 2-core AVX2 EPYC VM (2026-12-07), GB/s without / with: Q8_0 100M attn 22.8 / 32.0,
 // lm head 23.5 / 29.5, Qwen 1.5B gate|up 24.2 / 32.6, ffn down 24.4 / 32.1 (1.09-1.40x on every
 // shape); Q4_K 1.08-1.27x on the 100M and 1.5B shapes (0.90-0.94 on two small ones, within their
-// noise). Q6_K, whose blocks take more arithmetic, goes without (0.84-1.14x, its 1.5B lm head
-// 0.98x), and so do prompts (their first pass over a chunk prefetching: 0.70-1.05x). 2 and 3 KB
-// ahead did about the same, 1 KB less.
+// noise). Q6_K gained nothing from it (0.84-1.14x, its 1.5B lm head 0.98x) while its blocks
+// spent 48 scale unpacks each; with the scales made once per block (Q6Scales) it gains too: the
+// two together, medians of 10 alternated runs (2026-12-07), GB/s: 1.5B gate|up 24.8 -> 30.0,
+// ffn down 25.8 -> 32.7, lm head 24.6 -> 30.4, kv 22.9 -> 26.6; 100M ffn up 24.5 -> 28.4, down
+// 23.1 -> 27.5, lm head 26.1 -> 31.8 (1.16-1.27x). Prompts go without (their first pass over
+// a chunk prefetching: 0.70-1.05x). 2 and 3 KB ahead did about the same, 1 KB less.
 constexpr size_t kStreamAhead = 2048;
 
 // x's 4 quants at p in every int32 lane.
@@ -164,19 +167,38 @@ void k_group(const B* grp, const QuantizedRowsK& a, const int32_t* bpair, int64_
 
 // ---- Q6_K ----
 
+// The 16 sub-block scales of a super-block of 8 rows as int16 pairs, made once per super-block
+// for every row of x: sc[j] = (sc_jr, sc_jr) in int32 lane r, the madd operand of S;
+// op[p] = (sc_2p,r, sc_2p+1,r), the madd operand of O. From scales[2p] and scales[2p + 1]
+// (16 bytes, [j][r]) widened to int16 quarters (j r0-3, j r4-7, j+1 r0-3, j+1 r4-7), then
+// permuted to (j r0-3, j+1 r0-3 | j r4-7, j+1 r4-7) so that in-lane unpacks pair them.
+struct Q6Scales {
+  __m256i sc[16], op[8];
+};
+inline void q6_scales(const BlockQ6_Kx8& b, Q6Scales& s) {
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[2 * p])));
+    const __m256i t = _mm256_permute4x64_epi64(v, _MM_SHUFFLE(3, 1, 2, 0));
+    s.sc[2 * p] = _mm256_unpacklo_epi16(t, t);
+    s.sc[2 * p + 1] = _mm256_unpackhi_epi16(t, t);
+    s.op[p] = _mm256_unpacklo_epi16(t, _mm256_srli_si256(t, 8));
+  }
+}
+
 // S[i] += sum_k sc_j t_j over the four 16-element sub-blocks j = 8H + 2k + T (k = 0..3; groups
 // 4T..4T+3 of half H) of the 8 rows against x rows xs[i]: each pair of groups gives the levels
 // of all four sub-blocks from three loads; two maddubs per int16 sum, then a madd.
 template <int H, int T, int MX>
-inline void q6_quad(const BlockQ6_Kx8& b, const int8_t* const xs[MX], __m256i S[MX]) {
+inline void q6_quad(const BlockQ6_Kx8& b, const Q6Scales& sc, const int8_t* const xs[MX],
+                    __m256i S[MX]) {
 #pragma GCC unroll 2
   for (int pair = 0; pair < 2; ++pair) {
     const int g0 = 4 * T + 2 * pair;
     const Q6Levels e0 = q6_levels(b, H, g0), e1 = q6_levels(b, H, g0 + 1);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      const int j = 8 * H + 2 * k + T;
-      const __m256i scale = pair16(b.scales[j], b.scales[j]);
+      const __m256i scale = sc.sc[8 * H + 2 * k + T];
 #pragma GCC unroll 4
       for (int i = 0; i < MX; ++i) {
         const int8_t* x = xs[i] + 128 * H + 32 * k + 4 * g0;
@@ -195,16 +217,19 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t s = 0; s < a.ns; ++s) {
     const BlockQ6_Kx8& b = grp[s];
+    if (a.m <= kMaxX) prefetch_lines(&b, sizeof(b), kStreamAhead);
     const int8_t* xs[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
     __m256i S[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) S[i] = _mm256_setzero_si256();
-    q6_quad<0, 0, MX>(b, xs, S);
-    q6_quad<0, 1, MX>(b, xs, S);
-    q6_quad<1, 0, MX>(b, xs, S);
-    q6_quad<1, 1, MX>(b, xs, S);
+    Q6Scales sc;
+    q6_scales(b, sc);
+    q6_quad<0, 0, MX>(b, sc, xs, S);
+    q6_quad<0, 1, MX>(b, sc, xs, S);
+    q6_quad<1, 0, MX>(b, sc, xs, S);
+    q6_quad<1, 1, MX>(b, sc, xs, S);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) {
@@ -215,8 +240,7 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
       for (int p = 0; p < 8; ++p) {
         int32_t pair;
         std::memcpy(&pair, bsum + 2 * p, 4);
-        O = _mm256_add_epi32(O, _mm256_madd_epi16(pair16(b.scales[2 * p], b.scales[2 * p + 1]),
-                                                  _mm256_set1_epi32(pair)));
+        O = _mm256_add_epi32(O, _mm256_madd_epi16(sc.op[p], _mm256_set1_epi32(pair)));
       }
       const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, 5));
       const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.ns + s)]);
