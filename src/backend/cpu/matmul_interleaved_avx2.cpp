@@ -56,7 +56,7 @@ constexpr int kMaxX = 4;  // rows of x per pass over a group
 // lm head 23.5 / 29.5, Qwen 1.5B gate|up 24.2 / 32.6, ffn down 24.4 / 32.1 (1.09-1.40x on every
 // shape); Q4_K 1.08-1.27x on the 100M and 1.5B shapes (0.90-0.94 on two small ones, within their
 // noise). Q6_K gained nothing from it (0.84-1.14x, its 1.5B lm head 0.98x) while its blocks
-// spent 48 scale unpacks each; with the scales made once per block (Q6Scales) it gains too: the
+// widened its scales 40 times each; with the scales made once per block (Q6Scales) it gains too: the
 // two together, medians of 10 alternated runs (2026-12-07), GB/s: 1.5B gate|up 24.8 -> 30.0,
 // ffn down 25.8 -> 32.7, lm head 24.6 -> 30.4, kv 22.9 -> 26.6; 100M ffn up 24.5 -> 28.4, down
 // 23.1 -> 27.5, lm head 26.1 -> 31.8 (1.16-1.27x). Prompts go without (their first pass over
