@@ -56,8 +56,8 @@ constexpr int kMaxX = 4;  // rows of x per pass over a group
 // lm head 23.5 / 29.5, Qwen 1.5B gate|up 24.2 / 32.6, ffn down 24.4 / 32.1 (1.09-1.40x on every
 // shape); Q4_K 1.08-1.27x on the 100M and 1.5B shapes (0.90-0.94 on two small ones, within their
 // noise). Q6_K gained nothing from it (0.84-1.14x, its 1.5B lm head 0.98x) while its blocks
-// widened its scales 40 times each; with the scales made once per block (Q6Scales) it gains too: the
-// two together, medians of 10 alternated runs (2026-12-07), GB/s: 1.5B gate|up 24.8 -> 30.0,
+// widened their scales 40 times each; with the scales made once per block (Q6Scales) it gains
+// too: the two together, medians of 10 alternated runs (2026-12-07), GB/s: 1.5B gate|up 24.8 -> 30.0,
 // ffn down 25.8 -> 32.7, lm head 24.6 -> 30.4, kv 22.9 -> 26.6; 100M ffn up 24.5 -> 28.4, down
 // 23.1 -> 27.5, lm head 26.1 -> 31.8 (1.16-1.27x). Prompts go without (their first pass over
 // a chunk prefetching: 0.70-1.05x). 2 and 3 KB ahead did about the same, 1 KB less.
@@ -178,7 +178,8 @@ struct Q6Scales {
 inline void q6_scales(const BlockQ6_Kx8& b, Q6Scales& s) {
 #pragma GCC unroll 8
   for (int p = 0; p < 8; ++p) {
-    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[2 * p])));
+    const auto* pair = reinterpret_cast<const __m128i*>(b.scales[2 * p]);
+    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(pair));
     const __m256i t = _mm256_permute4x64_epi64(v, _MM_SHUFFLE(3, 1, 2, 0));
     s.sc[2 * p] = _mm256_unpacklo_epi16(t, t);
     s.sc[2 * p + 1] = _mm256_unpackhi_epi16(t, t);
