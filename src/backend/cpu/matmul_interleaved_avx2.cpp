@@ -1,6 +1,6 @@
-// AVX2 GEMV and GEMM on Q4_K, Q5_K and Q6_K weights interleaved 8 rows at a time (interleave.h)
-// against Q8_K activations, and on Q8_0, Q4_0 and IQ4_NL ones against Q8_0 activations:
-// decode and prefill of these types on CPUs without AVX-512 VNNI.
+// AVX2 GEMV and GEMM on Q4_K, Q5_K, Q6_K and IQ4_XS weights interleaved 8 rows at a time
+// (interleave.h) against Q8_K activations, and on Q8_0, Q4_0 and IQ4_NL ones against Q8_0
+// activations: decode and prefill of these types on CPUs without AVX-512 VNNI.
 //
 // One 32-byte register of the layout holds 4 bytes of each of 8 weight rows (int32 lane r =
 // row r). With x's 4 matching quants broadcast to every lane,
@@ -252,6 +252,80 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
   for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
 }
 
+// ---- IQ4_XS ----
+
+// Sub-block J's scale ls - 32 of the 8 rows as the int16 pair (sc, sc) in lane r (the madd
+// operand), from the scales_l words L and H4 = the scales_h halves << 4:
+//     ls = (L >> 4J) & 15 | ((H >> 2J) & 3) << 4.
+template <int J>
+inline __m256i iq4xs_scale(__m256i L, __m256i H4) {
+  const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(L, 4 * J), _mm256_set1_epi32(0x0f));
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(H4, 2 * J), _mm256_set1_epi32(0x30));
+  const __m256i sc = _mm256_sub_epi32(_mm256_or_si256(lo, hi), _mm256_set1_epi32(32));
+  return _mm256_blend_epi16(sc, _mm256_slli_epi32(sc, 16), 0xAA);
+}
+
+// S[i] += sc_J t_J for sub-block J (elements 32J..32J+31) of the 8 rows against x rows xs[i]:
+// per 4-byte group g the grid values of the low nibbles (elements 32J + 4g..) and the high ones
+// (32J + 16 + 4g..) by a byte shuffle, |w| times x with w's sign moved onto x as for IQ4_NL
+// (pair sums <= 2 * 127 * 127), widened by a madd with the scale pair instead of ones.
+template <int J, int MX>
+inline void iq4xs_sub(const BlockIQ4_XSx8& b, __m256i table, const int8_t* const xs[MX],
+                      __m256i scale, __m256i S[MX]) {
+#pragma GCC unroll 2
+  for (int g = 0; g < 4; ++g) {
+    const __m256i v = load32(b.qs[J][g][0]);
+    const __m256i wl = _mm256_shuffle_epi8(table, low_nibbles(v));
+    const __m256i wh = _mm256_shuffle_epi8(table, high_nibbles(v));
+    const __m256i al = _mm256_abs_epi8(wl), ah = _mm256_abs_epi8(wh);
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const int8_t* x = xs[i] + 32 * J + 4 * g;
+      const __m256i pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast4(x), wl));
+      const __m256i ph = _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast4(x + 16), wh));
+      S[i] = _mm256_add_epi32(S[i], _mm256_add_epi32(_mm256_madd_epi16(pl, scale),
+                                                     _mm256_madd_epi16(ph, scale)));
+    }
+  }
+}
+
+// y[(i0 + i) * ldy + r] = x row i0 + i . weight row 8 group + r, r < 8, i < MX: per super-block
+//     S_r = sum_J (ls_rJ - 32) t_rJ  (|S_r| <= 8 * 8 * 2 * 32 * 32258 < 2^31),
+//     y_r += d_r dx S_r,
+// the scalar kernel's integer sum exactly (IntSuperBlock: sc = ls - 32, no mins).
+template <int MX>
+void iq4xs_group(const BlockIQ4_XSx8* grp, const QuantizedRowsK& a, int64_t i0, float* y,
+                 int64_t ldy) {
+  const __m256i table = iq4_table();
+  __m256 acc[MX];
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < a.ns; ++s) {
+    const BlockIQ4_XSx8& b = grp[s];
+    if (a.m <= kMaxX) prefetch_lines(&b, sizeof(b), kStreamAhead);
+    const int8_t* xs[MX];
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
+    const __m256i L = load32(reinterpret_cast<const uint8_t*>(b.scales_l));
+    const __m256i H4 = _mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales_h))), 4);
+    __m256i S[MX];
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) S[i] = _mm256_setzero_si256();
+    [&]<int... J>(std::integer_sequence<int, J...>) {
+      (iq4xs_sub<J, MX>(b, table, xs, iq4xs_scale<J>(L, H4), S), ...);
+    }(std::make_integer_sequence<int, 8>{});
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.ns + s)]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[i]), _mm256_mul_ps(d, dx), acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
+}
+
 // ---- Q8_0, Q4_0 and IQ4_NL (32-element blocks) ----
 
 // The dot of block b of 8 interleaved rows with x's 32 quants at xs[i], in int32 lane r = row
@@ -400,6 +474,16 @@ void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const 
     return run.template operator()<DType::IQ4_NL>(b4);
   }
   const QuantizedRowsK& a = quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);
+  if (w.dtype == DType::IQ4_XS) {
+    const auto* blocks = static_cast<const BlockIQ4_XSx8*>(w.data);
+    pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
+      groups_range(g0, g1, m, a.ns * static_cast<int64_t>(sizeof(BlockIQ4_XSx8)),
+                   [&](auto mx, int64_t g, int64_t i) {
+                     iq4xs_group<decltype(mx)::value>(blocks + g * a.ns, a, i, y + g * kInterleaveRows, ldy);
+                   });
+    });
+    return;
+  }
   if (w.dtype == DType::Q6_K) {
     const auto* blocks = static_cast<const BlockQ6_Kx8*>(w.data);
     pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
