@@ -1,4 +1,4 @@
-// AVX2 GEMV and GEMM on Q4_K, Q5_K, Q6_K and IQ4_XS weights interleaved 8 rows at a time
+// AVX2 GEMV and GEMM on Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights interleaved 8 rows at a time
 // (interleave.h) against Q8_K activations, and on Q8_0, Q4_0 and IQ4_NL ones against Q8_0
 // activations: decode and prefill of these types on CPUs without AVX-512 VNNI.
 //
@@ -11,12 +11,15 @@
 //                                     y_r += d_r dx S_r - dmin_r dx M_r
 //     Q6_K (16-element sub-blocks j): S_r = sum_j sc_rj t_rj,  O_r = sum_j 32 sc_rj bsum16_j,
 //                                     y_r += d_r dx (S_r - O_r)   (the folded offset q - 32)
+//     Q3_K (16-element sub-blocks j): the same with O_r = sum_j 4 sc_rj bsum16_j   (q - 4)
+//     IQ4_XS (32-element sub-blocks j, grid values w): S_r = sum_j sc_rj t_rj, y_r += d_r dx S_r
 // The row kernels (matmul_blocks_avx2.cpp) spend, per 32 weights of one row, a maddubs, a
 // madd, a scale shuffle and a horizontal sum per super-block; here a maddubs serves 8 rows and
 // the scales cost one madd per sub-block of 8 rows: about half the instructions per weight.
 // Bounds: Q4_K sums 8 maddubs per sub-block in int16, at most 8 * 2 * 15 * 127 = 30480; Q5_K
 // sums 4, at most 4 * 2 * 31 * 127 = 31496 (two madds per 32 elements); Q6_K sums 2, at most
-// 2 * 2 * 63 * 127 = 32004 (two madds per 16 elements).
+// 2 * 2 * 63 * 127 = 32004 (two madds per 16 elements); Q3_K sums 4, at most 4 * 2 * 7 * 127 =
+// 7112 (one madd per 16 elements); IQ4_XS none (a madd per maddubs).
 // The integer sums are the scalar kernel's exactly (quant_int.h); only the f32 order differs.
 //
 // Rows of x are taken kMaxX at a time against one group, so each unpacked register serves
@@ -252,6 +255,116 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
   for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
 }
 
+// ---- Q3_K ----
+
+// The 16 sub-block scales sc_j = s_j - 32 of a super-block of 8 rows (s_j: q3k_scale, from the
+// words W0, W1 (low nibbles: byte j % 8, the high nibble from j = 8 on) and W2 (2 high bits:
+// byte j % 4, bits 2 (j / 4))) as int16 pairs: sc[j] = (sc_j, sc_j) in lane r, the madd operand
+// of S; op[p] = (sc_2p, sc_2p+1), that of the folded offset O = sum_j sc_j bsum_j.
+struct Q3Scales {
+  __m256i sc[16], op[8];
+};
+template <int J>
+inline __m256i q3_scale(__m256i W0, __m256i W1, __m256i W2) {
+  constexpr int s1 = 8 * (J % 4) + 4 * (J / 8), s2 = 8 * (J % 4) + 2 * (J / 4);
+  const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(J % 8 < 4 ? W0 : W1, s1), _mm256_set1_epi32(15));
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(W2, s2), _mm256_set1_epi32(3));
+  return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+}
+// (a, b) int32 lanes (|a|, |b| < 2^15) as the int16 pair (a, b).
+inline __m256i pair_lanes(__m256i a, __m256i b) {
+  return _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
+}
+inline void q3_scales(const BlockQ3_Kx8& b, Q3Scales& s) {
+  const __m256i W0 = load32(reinterpret_cast<const uint8_t*>(b.scales[0]));
+  const __m256i W1 = load32(reinterpret_cast<const uint8_t*>(b.scales[1]));
+  const __m256i W2 = load32(reinterpret_cast<const uint8_t*>(b.scales[2]));
+  __m256i v[16];
+  [&]<int... J>(std::integer_sequence<int, J...>) {
+    ((v[J] = q3_scale<J>(W0, W1, W2)), ...);
+  }(std::make_integer_sequence<int, 16>{});
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j) s.sc[j] = pair_lanes(v[j], v[j]);
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) s.op[p] = pair_lanes(v[2 * p], v[2 * p + 1]);
+}
+
+// The 3-bit levels of elements 128H + 32k + 4g .. + 3 of 8 interleaved Q3_K rows: bits 2k, 2k + 1
+// of qs register (g, H) and, as bit 2, bit 4H + k of hmask register g.
+template <int H, int K>
+inline __m256i q3_level(const BlockQ3_Kx8& b, int g) {
+  constexpr int c = 4 * H + K;
+  const __m256i qs = load32(b.q[g][1 + H][0]), hm = load32(b.q[g][0][0]);
+  const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * K), _mm256_set1_epi8(3));
+  const __m256i high = c >= 2 ? _mm256_srli_epi16(hm, c >= 2 ? c - 2 : 0)
+                              : _mm256_slli_epi16(hm, c < 2 ? 2 - c : 0);
+  return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(4)));
+}
+
+// S[i] += sc_j t_j for sub-block j = 8H + 2K + T (elements 128H + 32K + 16T ..) of the 8 rows
+// against x rows xs[i]: its 4 groups' maddubs summed in int16 (levels <= 7: at most
+// 4 * 2 * 7 * 127 = 7112), then one madd.
+template <int H, int K, int T, int MX>
+inline void q3_sub(const BlockQ3_Kx8& b, const Q3Scales& sc, const int8_t* const xs[MX],
+                   __m256i S[MX]) {
+  __m256i t[MX];
+#pragma GCC unroll 4
+  for (int g = 4 * T; g < 4 * T + 4; ++g) {
+    const __m256i q = q3_level<H, K>(b, g);
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const __m256i p = _mm256_maddubs_epi16(q, bcast4(xs[i] + 128 * H + 32 * K + 4 * g));
+      t[i] = g == 4 * T ? p : _mm256_add_epi16(t[i], p);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i)
+    S[i] = _mm256_add_epi32(S[i], _mm256_madd_epi16(t[i], sc.sc[8 * H + 2 * K + T]));
+}
+
+// y[(i0 + i) * ldy + r] = x row i0 + i . weight row 8 group + r, r < 8, i < MX: per super-block
+//     S_r = sum_j sc_j t_j,  O_r = sum_j sc_j bsum_j,  y_r += d_r dx (S_r - 4 O_r)
+// (the scalar kernel's folded offset, subtracted as integers).
+template <int MX>
+void q3_group(const BlockQ3_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float* y,
+              int64_t ldy) {
+  __m256 acc[MX];
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < a.ns; ++s) {
+    const BlockQ3_Kx8& b = grp[s];
+    if (a.m <= kMaxX) prefetch_lines(&b, sizeof(b), kStreamAhead);
+    const int8_t* xs[MX];
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
+    Q3Scales sc;
+    q3_scales(b, sc);
+    __m256i S[MX];
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) S[i] = _mm256_setzero_si256();
+    [&]<int... Q>(std::integer_sequence<int, Q...>) {  // Q = 8H + 2K + T: sub-block j = Q
+      (q3_sub<Q / 8, (Q / 2) % 4, Q % 2, MX>(b, sc, xs, S), ...);
+    }(std::make_integer_sequence<int, 16>{});
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const int16_t* bsum = a.bsum.data() + ((i0 + i) * a.ns + s) * 16;
+      __m256i O = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int p = 0; p < 8; ++p) {
+        int32_t pair;
+        std::memcpy(&pair, bsum + 2 * p, 4);
+        O = _mm256_add_epi32(O, _mm256_madd_epi16(sc.op[p], _mm256_set1_epi32(pair)));
+      }
+      const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, 2));
+      const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.ns + s)]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, dx), acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
+}
+
 // ---- IQ4_XS ----
 
 // Sub-block J's scale ls - 32 of the 8 rows as the int16 pair (sc, sc) in lane r (the madd
@@ -474,6 +587,16 @@ void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const 
     return run.template operator()<DType::IQ4_NL>(b4);
   }
   const QuantizedRowsK& a = quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);
+  if (w.dtype == DType::Q3_K) {
+    const auto* blocks = static_cast<const BlockQ3_Kx8*>(w.data);
+    pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
+      groups_range(g0, g1, m, a.ns * static_cast<int64_t>(sizeof(BlockQ3_Kx8)),
+                   [&](auto mx, int64_t g, int64_t i) {
+                     q3_group<decltype(mx)::value>(blocks + g * a.ns, a, i, y + g * kInterleaveRows, ldy);
+                   });
+    });
+    return;
+  }
   if (w.dtype == DType::IQ4_XS) {
     const auto* blocks = static_cast<const BlockIQ4_XSx8*>(w.data);
     pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
