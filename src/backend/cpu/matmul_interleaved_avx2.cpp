@@ -59,7 +59,7 @@ constexpr int kMaxX = 4;  // rows of x per pass over a group
 // lm head 23.5 / 29.5, Qwen 1.5B gate|up 24.2 / 32.6, ffn down 24.4 / 32.1 (1.09-1.40x on every
 // shape); Q4_K 1.08-1.27x on the 100M and 1.5B shapes (0.90-0.94 on two small ones, within their
 // noise). Q6_K gained nothing from it (0.84-1.14x, its 1.5B lm head 0.98x) while its blocks
-// widened their scales 40 times each; with the scales made once per block (Q6Scales) it gains
+// widened their scales 40 times each; with the scales made once per block (q6_scales) it gains
 // too: the two together, medians of 10 alternated runs (2026-12-07), GB/s: 1.5B gate|up 24.8 -> 30.0,
 // ffn down 25.8 -> 32.7, lm head 24.6 -> 30.4, kv 22.9 -> 26.6; 100M ffn up 24.5 -> 28.4, down
 // 23.1 -> 27.5, lm head 26.1 -> 31.8 (1.16-1.27x). Prompts go without (their first pass over
@@ -168,17 +168,31 @@ void k_group(const B* grp, const QuantizedRowsK& a, const int32_t* bpair, int64_
   for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
 }
 
-// ---- Q6_K ----
+// ---- Q6_K and Q3_K (16-element sub-blocks, the offset folded into O) ----
 
 // The 16 sub-block scales of a super-block of 8 rows as int16 pairs, made once per super-block
 // for every row of x: sc[j] = (sc_jr, sc_jr) in int32 lane r, the madd operand of S;
-// op[p] = (sc_2p,r, sc_2p+1,r), the madd operand of O. From scales[2p] and scales[2p + 1]
-// (16 bytes, [j][r]) widened to int16 quarters (j r0-3, j r4-7, j+1 r0-3, j+1 r4-7), then
-// permuted to (j r0-3, j+1 r0-3 | j r4-7, j+1 r4-7) so that in-lane unpacks pair them.
-struct Q6Scales {
+// op[p] = (sc_2p,r, sc_2p+1,r), the madd operand of O.
+struct SubScales16 {
   __m256i sc[16], op[8];
 };
-inline void q6_scales(const BlockQ6_Kx8& b, Q6Scales& s) {
+
+// O_r = sum_j sc_jr bsum_j over the pairs of sub-blocks (2p, 2p + 1), bsum: x's 16 sums of 16.
+inline __m256i folded_offset(const SubScales16& sc, const int16_t* bsum) {
+  __m256i O = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    int32_t pair;
+    std::memcpy(&pair, bsum + 2 * p, 4);
+    O = _mm256_add_epi32(O, _mm256_madd_epi16(sc.op[p], _mm256_set1_epi32(pair)));
+  }
+  return O;
+}
+
+// Q6_K's scales from scales[2p] and scales[2p + 1] (16 bytes, [j][r]) widened to int16 quarters
+// (j r0-3, j r4-7, j+1 r0-3, j+1 r4-7), then permuted to (j r0-3, j+1 r0-3 | j r4-7, j+1 r4-7)
+// so that in-lane unpacks pair them.
+inline void q6_scales(const BlockQ6_Kx8& b, SubScales16& s) {
 #pragma GCC unroll 8
   for (int p = 0; p < 8; ++p) {
     const auto* pair = reinterpret_cast<const __m128i*>(b.scales[2 * p]);
@@ -194,7 +208,7 @@ inline void q6_scales(const BlockQ6_Kx8& b, Q6Scales& s) {
 // 4T..4T+3 of half H) of the 8 rows against x rows xs[i]: each pair of groups gives the levels
 // of all four sub-blocks from three loads; two maddubs per int16 sum, then a madd.
 template <int H, int T, int MX>
-inline void q6_quad(const BlockQ6_Kx8& b, const Q6Scales& sc, const int8_t* const xs[MX],
+inline void q6_quad(const BlockQ6_Kx8& b, const SubScales16& sc, const int8_t* const xs[MX],
                     __m256i S[MX]) {
 #pragma GCC unroll 2
   for (int pair = 0; pair < 2; ++pair) {
@@ -228,7 +242,7 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
     __m256i S[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) S[i] = _mm256_setzero_si256();
-    Q6Scales sc;
+    SubScales16 sc;
     q6_scales(b, sc);
     q6_quad<0, 0, MX>(b, sc, xs, S);
     q6_quad<0, 1, MX>(b, sc, xs, S);
@@ -237,16 +251,8 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) {
-      // O = sum_j 32 sc_j bsum_j over the pairs of sub-blocks (2p, 2p + 1).
-      const int16_t* bsum = a.bsum.data() + ((i0 + i) * a.ns + s) * 16;
-      __m256i O = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int p = 0; p < 8; ++p) {
-        int32_t pair;
-        std::memcpy(&pair, bsum + 2 * p, 4);
-        O = _mm256_add_epi32(O, _mm256_madd_epi16(sc.op[p], _mm256_set1_epi32(pair)));
-      }
-      const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, 5));
+      const __m256i O = folded_offset(sc, a.bsum.data() + ((i0 + i) * a.ns + s) * 16);
+      const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, 5));  // S - 32 O
       const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.ns + s)]);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, dx), acc[i]);
     }
@@ -255,15 +261,9 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
   for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
 }
 
-// ---- Q3_K ----
-
-// The 16 sub-block scales sc_j = s_j - 32 of a super-block of 8 rows (s_j: q3k_scale, from the
-// words W0, W1 (low nibbles: byte j % 8, the high nibble from j = 8 on) and W2 (2 high bits:
-// byte j % 4, bits 2 (j / 4))) as int16 pairs: sc[j] = (sc_j, sc_j) in lane r, the madd operand
-// of S; op[p] = (sc_2p, sc_2p+1), that of the folded offset O = sum_j sc_j bsum_j.
-struct Q3Scales {
-  __m256i sc[16], op[8];
-};
+// Q3_K's sub-block scale sc_J = s_J - 32 of the 8 rows in int32 lanes (s_J: q3k_scale, from
+// the words W0, W1 (low nibbles: byte J % 8, the high nibble from J = 8 on) and W2 (2 high
+// bits: byte J % 4, bits 2 (J / 4))).
 template <int J>
 inline __m256i q3_scale(__m256i W0, __m256i W1, __m256i W2) {
   constexpr int s1 = 8 * (J % 4) + 4 * (J / 8), s2 = 8 * (J % 4) + 2 * (J / 4);
@@ -275,7 +275,7 @@ inline __m256i q3_scale(__m256i W0, __m256i W1, __m256i W2) {
 inline __m256i pair_lanes(__m256i a, __m256i b) {
   return _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
 }
-inline void q3_scales(const BlockQ3_Kx8& b, Q3Scales& s) {
+inline void q3_scales(const BlockQ3_Kx8& b, SubScales16& s) {
   const __m256i W0 = load32(reinterpret_cast<const uint8_t*>(b.scales[0]));
   const __m256i W1 = load32(reinterpret_cast<const uint8_t*>(b.scales[1]));
   const __m256i W2 = load32(reinterpret_cast<const uint8_t*>(b.scales[2]));
@@ -296,8 +296,9 @@ inline __m256i q3_level(const BlockQ3_Kx8& b, int g) {
   constexpr int c = 4 * H + K;
   const __m256i qs = load32(b.q[g][1 + H][0]), hm = load32(b.q[g][0][0]);
   const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * K), _mm256_set1_epi8(3));
-  const __m256i high = c >= 2 ? _mm256_srli_epi16(hm, c >= 2 ? c - 2 : 0)
-                              : _mm256_slli_epi16(hm, c < 2 ? 2 - c : 0);
+  __m256i high;  // bit c moved to bit 2
+  if constexpr (c >= 2) high = _mm256_srli_epi16(hm, c - 2);
+  else high = _mm256_slli_epi16(hm, 2 - c);
   return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(4)));
 }
 
@@ -305,7 +306,7 @@ inline __m256i q3_level(const BlockQ3_Kx8& b, int g) {
 // against x rows xs[i]: its 4 groups' maddubs summed in int16 (levels <= 7: at most
 // 4 * 2 * 7 * 127 = 7112), then one madd.
 template <int H, int K, int T, int MX>
-inline void q3_sub(const BlockQ3_Kx8& b, const Q3Scales& sc, const int8_t* const xs[MX],
+inline void q3_sub(const BlockQ3_Kx8& b, const SubScales16& sc, const int8_t* const xs[MX],
                    __m256i S[MX]) {
   __m256i t[MX];
 #pragma GCC unroll 4
@@ -337,7 +338,7 @@ void q3_group(const BlockQ3_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
     const int8_t* xs[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
-    Q3Scales sc;
+    SubScales16 sc;
     q3_scales(b, sc);
     __m256i S[MX];
 #pragma GCC unroll 4
@@ -348,15 +349,8 @@ void q3_group(const BlockQ3_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) {
-      const int16_t* bsum = a.bsum.data() + ((i0 + i) * a.ns + s) * 16;
-      __m256i O = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int p = 0; p < 8; ++p) {
-        int32_t pair;
-        std::memcpy(&pair, bsum + 2 * p, 4);
-        O = _mm256_add_epi32(O, _mm256_madd_epi16(sc.op[p], _mm256_set1_epi32(pair)));
-      }
-      const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, 2));
+      const __m256i O = folded_offset(sc, a.bsum.data() + ((i0 + i) * a.ns + s) * 16);
+      const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, 2));  // S - 4 O
       const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.ns + s)]);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, dx), acc[i]);
     }
@@ -375,7 +369,7 @@ inline __m256i iq4xs_scale(__m256i L, __m256i H4) {
   const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(L, 4 * J), _mm256_set1_epi32(0x0f));
   const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(H4, 2 * J), _mm256_set1_epi32(0x30));
   const __m256i sc = _mm256_sub_epi32(_mm256_or_si256(lo, hi), _mm256_set1_epi32(32));
-  return _mm256_blend_epi16(sc, _mm256_slli_epi32(sc, 16), 0xAA);
+  return pair_lanes(sc, sc);
 }
 
 // S[i] += sc_J t_J for sub-block J (elements 32J..32J+31) of the 8 rows against x rows xs[i]:
@@ -587,48 +581,35 @@ void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const 
     return run.template operator()<DType::IQ4_NL>(b4);
   }
   const QuantizedRowsK& a = quantize_activations<QuantizedRowsK, quantize_row_k_avx2>(pool, x, m, w.cols);
-  if (w.dtype == DType::Q3_K) {
-    const auto* blocks = static_cast<const BlockQ3_Kx8*>(w.data);
-    pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
-      groups_range(g0, g1, m, a.ns * static_cast<int64_t>(sizeof(BlockQ3_Kx8)),
-                   [&](auto mx, int64_t g, int64_t i) {
-                     q3_group<decltype(mx)::value>(blocks + g * a.ns, a, i, y + g * kInterleaveRows, ldy);
-                   });
-    });
-    return;
-  }
-  if (w.dtype == DType::IQ4_XS) {
-    const auto* blocks = static_cast<const BlockIQ4_XSx8*>(w.data);
-    pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
-      groups_range(g0, g1, m, a.ns * static_cast<int64_t>(sizeof(BlockIQ4_XSx8)),
-                   [&](auto mx, int64_t g, int64_t i) {
-                     iq4xs_group<decltype(mx)::value>(blocks + g * a.ns, a, i, y + g * kInterleaveRows, ldy);
-                   });
-    });
-    return;
-  }
-  if (w.dtype == DType::Q6_K) {
-    const auto* blocks = static_cast<const BlockQ6_Kx8*>(w.data);
-    pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
-      groups_range(g0, g1, m, a.ns * static_cast<int64_t>(sizeof(BlockQ6_Kx8)),
-                   [&](auto mx, int64_t g, int64_t i) {
-                     q6_group<decltype(mx)::value>(blocks + g * a.ns, a, i, y + g * kInterleaveRows, ldy);
-                   });
-    });
-    return;
-  }
-  static thread_local std::vector<int32_t> bpair_buf;  // see k_group
-  std::vector<int32_t>& bpair = bpair_buf;
-  paired_sub_block_sums(a, bpair);
-  auto run = [&]<class B>(const B* blocks) {
+  // group(mx, the group's super-blocks, first row of x, the group's y) over the groups, threads
+  // taking ranges of them.
+  auto over_groups = [&]<class B>(const B* blocks, auto&& group) {
     pool.parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
       groups_range(g0, g1, m, a.ns * static_cast<int64_t>(sizeof(B)), [&](auto mx, int64_t g, int64_t i) {
-        k_group<decltype(mx)::value>(blocks + g * a.ns, a, bpair.data(), i, y + g * kInterleaveRows, ldy);
+        group(mx, blocks + g * a.ns, i, y + g * kInterleaveRows);
       });
     });
   };
-  if (w.dtype == DType::Q5_K) return run(static_cast<const BlockQ5_Kx8*>(w.data));
-  run(static_cast<const BlockQ4_Kx8*>(w.data));
+  if (w.dtype == DType::Q3_K)
+    return over_groups(static_cast<const BlockQ3_Kx8*>(w.data), [&](auto mx, auto* b, int64_t i, float* yg) {
+      q3_group<decltype(mx)::value>(b, a, i, yg, ldy);
+    });
+  if (w.dtype == DType::Q6_K)
+    return over_groups(static_cast<const BlockQ6_Kx8*>(w.data), [&](auto mx, auto* b, int64_t i, float* yg) {
+      q6_group<decltype(mx)::value>(b, a, i, yg, ldy);
+    });
+  if (w.dtype == DType::IQ4_XS)
+    return over_groups(static_cast<const BlockIQ4_XSx8*>(w.data), [&](auto mx, auto* b, int64_t i, float* yg) {
+      iq4xs_group<decltype(mx)::value>(b, a, i, yg, ldy);
+    });
+  static thread_local std::vector<int32_t> bpair_buf;  // see k_group
+  std::vector<int32_t>& bpair = bpair_buf;
+  paired_sub_block_sums(a, bpair);
+  auto with_mins = [&](auto mx, const auto* blocks, int64_t i, float* yg) {
+    k_group<decltype(mx)::value>(blocks, a, bpair.data(), i, yg, ldy);
+  };
+  if (w.dtype == DType::Q5_K) return over_groups(static_cast<const BlockQ5_Kx8*>(w.data), with_mins);
+  over_groups(static_cast<const BlockQ4_Kx8*>(w.data), with_mins);
 }
 
 }  // namespace efim::cpu::detail
