@@ -41,6 +41,7 @@ struct BenchArgs {
 struct Speed {
   double prefill_tps = 0, decode_tps = 0;
   std::string cpu_backend;  // the peer's: the libggml-cpu-*.so it ran on
+  double bandwidth_gbs = 0;  // efim's: the read bandwidth probed just before its decode
 };
 
 double median(std::vector<double> v) {
@@ -52,8 +53,10 @@ using Clock = std::chrono::steady_clock;
 
 // One repetition of llama-bench's pp and tg tests at its depth: `depth` random tokens are put
 // into the cache (untimed), then P random tokens in one step, then (the cache cut back to the
-// depth) G tokens decoded one at a time.
-Speed run_efim_once(Model& model, const BenchArgs& a, std::mt19937& rng) {
+// depth) G tokens decoded one at a time. With a probe pool, the machine's read bandwidth is
+// measured just before the decode, the roofline of that repetition's decode.
+Speed run_efim_once(Model& model, const BenchArgs& a, std::mt19937& rng,
+                    ThreadPool* probe = nullptr) {
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(model.config().vocab - 1));
   Speed s;
   ContiguousSession session(model, a.depth + std::max(a.prompt_len, a.gen),
@@ -70,6 +73,7 @@ Speed run_efim_once(Model& model, const BenchArgs& a, std::mt19937& rng) {
   s.prefill_tps = a.prompt_len / std::chrono::duration<double>(Clock::now() - t0).count();
 
   session.truncate(a.depth);
+  if (probe) s.bandwidth_gbs = cpu::measure_memory_bandwidth_gbs(*probe);
   t0 = Clock::now();
   for (int i = 0; i < a.gen; ++i) session.eval({tok(rng)});
   s.decode_tps = a.gen / std::chrono::duration<double>(Clock::now() - t0).count();
@@ -215,6 +219,7 @@ void run_bench(const BenchArgs& a) {
   nlohmann::json report = nlohmann::json::array();
   const std::string kernels(cpu::kernel_name(cpu::active_kernel()));
   std::string peer_backend;  // the libggml-cpu-*.so the peer ran on, as it reported
+  double probed_min = 1e300, probed_max = 0;  // the bandwidth probed before each decode
   for (const auto& path : a.models) {
     EFIM_CHECK(is_gguf_path(path), "bench-model needs .gguf files (the peer reads GGUF), got '",
                path, "'");
@@ -229,11 +234,15 @@ void run_bench(const BenchArgs& a) {
                             (a.depth + a.gen / 2.0);
     std::mt19937 rng(0);
     run_efim_once(*model, a, rng);  // warm-up (page in the weights)
-    std::vector<double> pp, tg, peer_pp, peer_tg;
+    std::vector<double> pp, tg, peer_pp, peer_tg, tg_shares, rep_bandwidth;
     for (int r = 0; r < a.reps; ++r) {  // interleaved so both see the same machine noise
-      Speed s = run_efim_once(*model, a, rng);
+      Speed s = run_efim_once(*model, a, rng, &probe);
       pp.push_back(s.prefill_tps);
       tg.push_back(s.decode_tps);
+      rep_bandwidth.push_back(s.bandwidth_gbs);
+      probed_min = std::min(probed_min, s.bandwidth_gbs);
+      probed_max = std::max(probed_max, s.bandwidth_gbs);
+      tg_shares.push_back(s.decode_tps * (cost.decode_bytes + kv_bytes) / 1e9 / s.bandwidth_gbs);
       if (peer) {
         Speed p = run_peer_once(a, path);
         peer_pp.push_back(p.prefill_tps);
@@ -244,7 +253,9 @@ void run_bench(const BenchArgs& a) {
     std::string name = std::filesystem::path(path).filename().string();
     double e_pp = median(pp), e_tg = median(tg), p_pp = median(peer_pp), p_tg = median(peer_tg);
     double pp_share = e_pp * cost.prefill_flops_per_token / 1e9 / peak_gflops;
-    double tg_share = e_tg * (cost.decode_bytes + kv_bytes) / 1e9 / bandwidth_gbs;
+    // Decode against the bandwidth probed just before each repetition's decode (this VM's
+    // bandwidth swings by 20-30% from minute to minute): the median of the repetitions' shares.
+    const double tg_share = median(tg_shares);
     auto row = [&](const char* test, double e, double p, double share, const char* of) {
       char peer_tps[32] = "-", ratio[32] = "-";
       if (peer) {
@@ -263,12 +274,17 @@ void run_bench(const BenchArgs& a) {
                       {"decode_tps", e_tg}, {"peer_prefill_tps", p_pp}, {"peer_decode_tps", p_tg},
                       {"prefill_share_of_fma_peak", pp_share},
                       {"decode_share_of_bandwidth", tg_share}, {"fma_peak_gflops", peak_gflops},
-                      {"bandwidth_gbs", bandwidth_gbs}, {"threads", a.threads}, {"huge_pages", !a.mmap},
+                      {"bandwidth_gbs", bandwidth_gbs}, {"decode_bandwidth_gbs", rep_bandwidth},
+                      {"threads", a.threads}, {"huge_pages", !a.mmap},
                       {"prompt_len", a.prompt_len}, {"gen", a.gen}, {"reps", a.reps},
                       {"depth", a.depth}, {"kv_type", a.kv_type}, {"decode_kv_bytes", kv_bytes},
                       {"efim_kernel", kernels}, {"peer_cpu_backend", peer_backend}});
     if (!a.users.empty()) batched_rows(*model, a, name, cost, bandwidth_gbs, report);
   }
+  if (probed_max > 0)
+    std::printf("\ndecode shares: of the read bandwidth probed just before each repetition's "
+                "decode, %.1f-%.1f GB/s (median of the repetitions' shares)",
+                probed_min, probed_max);
   std::printf("\nefim kernels: %s", kernels.c_str());
   if (peer) std::printf("; llama.cpp CPU backend: %s", peer_backend.empty() ? "?" : peer_backend.c_str());
   std::printf("\n");

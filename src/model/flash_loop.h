@@ -64,9 +64,19 @@ __attribute__((always_inline)) inline void prefetch_rows(const uint8_t* const* k
     }
 }
 
-// Keys j .. j + 3 of b's next block, if b has one to prefetch.
-__attribute__((always_inline)) inline void prefetch_next(const FlashBlock& b, int64_t j) {
-  if (b.knext) prefetch_rows(b.knext, b.vnext, j, b.next_row_bytes);
+// The rows one call of prefetch_next asks for.
+enum class Prefetch { kKeysAndValues, kKeys, kValues };
+
+// Keys j .. j + 3 of b's next block (their key rows, value rows or both), if b has one to
+// prefetch.
+__attribute__((always_inline)) inline void prefetch_next(const FlashBlock& b, int64_t j,
+                                                         Prefetch what = Prefetch::kKeysAndValues) {
+  if (!b.knext) return;
+  if (what == Prefetch::kKeysAndValues) return prefetch_rows(b.knext, b.vnext, j, b.next_row_bytes);
+  const uint8_t* const* rows = what == Prefetch::kKeys ? b.knext : b.vnext;
+  for (int c = 0; c < 4; ++c)
+    for (int64_t o = 0; o < b.next_row_bytes; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(rows[j + c] + o), _MM_HINT_T0);
 }
 
 // A padding key: zero bytes are 0 in every element type (q8_0: scale 0).
