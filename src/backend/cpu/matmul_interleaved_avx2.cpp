@@ -228,13 +228,20 @@ inline void q6_quad(const BlockQ6_Kx8& b, const SubScales16& sc, const int8_t* c
   }
 }
 
-template <int MX>
-void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float* y, int64_t ldy) {
+// y[(i0 + i) * ldy + r] = x row i0 + i . weight row 8 group + r, r < 8, i < MX, for the types
+// of 16-element sub-blocks whose offset is folded into O: per super-block
+//     S_r = sum_j sc_j t_j,  O_r = sum_j sc_j bsum_j,  y_r += d_r dx (S_r - 2^kShift O_r)
+// (the scalar kernels' folded offset, subtracted as integers: Q6_K 32, Q3_K 4). scales(b, sc)
+// makes the super-block's SubScales16, sums(b, sc, xs, S) adds its S (lambdas, so both are
+// inlined: a function reference left q6_scales and q3_scales out of line).
+template <int kShift, int MX, class Block, class Scales, class Sums>
+inline void sub16_group(const Block* grp, const QuantizedRowsK& a, int64_t i0, float* y,
+                        int64_t ldy, Scales&& scales, Sums&& sums) {
   __m256 acc[MX];
 #pragma GCC unroll 4
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t s = 0; s < a.ns; ++s) {
-    const BlockQ6_Kx8& b = grp[s];
+    const Block& b = grp[s];
     if (a.m <= kMaxX) prefetch_lines(&b, sizeof(b), kStreamAhead);
     const int8_t* xs[MX];
 #pragma GCC unroll 4
@@ -243,22 +250,32 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) S[i] = _mm256_setzero_si256();
     SubScales16 sc;
-    q6_scales(b, sc);
-    q6_quad<0, 0, MX>(b, sc, xs, S);
-    q6_quad<0, 1, MX>(b, sc, xs, S);
-    q6_quad<1, 0, MX>(b, sc, xs, S);
-    q6_quad<1, 1, MX>(b, sc, xs, S);
+    scales(b, sc);
+    sums(b, sc, xs, S);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) {
       const __m256i O = folded_offset(sc, a.bsum.data() + ((i0 + i) * a.ns + s) * 16);
-      const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, 5));  // S - 32 O
+      const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, kShift));
       const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.ns + s)]);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, dx), acc[i]);
     }
   }
 #pragma GCC unroll 4
   for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
+}
+
+template <int MX>
+void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float* y, int64_t ldy) {
+  sub16_group<5, MX>(grp, a, i0, y, ldy,
+                     [](const BlockQ6_Kx8& b, SubScales16& sc) { q6_scales(b, sc); },
+                     [](const BlockQ6_Kx8& b, const SubScales16& sc, const int8_t* const* xs,
+                        __m256i* S) {
+                       q6_quad<0, 0, MX>(b, sc, xs, S);
+                       q6_quad<0, 1, MX>(b, sc, xs, S);
+                       q6_quad<1, 0, MX>(b, sc, xs, S);
+                       q6_quad<1, 1, MX>(b, sc, xs, S);
+                     });
 }
 
 // Q3_K's sub-block scale sc_J = s_J - 32 of the 8 rows in int32 lanes (s_J: q3k_scale, from
@@ -323,40 +340,17 @@ inline void q3_sub(const BlockQ3_Kx8& b, const SubScales16& sc, const int8_t* co
     S[i] = _mm256_add_epi32(S[i], _mm256_madd_epi16(t[i], sc.sc[8 * H + 2 * K + T]));
 }
 
-// y[(i0 + i) * ldy + r] = x row i0 + i . weight row 8 group + r, r < 8, i < MX: per super-block
-//     S_r = sum_j sc_j t_j,  O_r = sum_j sc_j bsum_j,  y_r += d_r dx (S_r - 4 O_r)
-// (the scalar kernel's folded offset, subtracted as integers).
 template <int MX>
 void q3_group(const BlockQ3_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float* y,
               int64_t ldy) {
-  __m256 acc[MX];
-#pragma GCC unroll 4
-  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < a.ns; ++s) {
-    const BlockQ3_Kx8& b = grp[s];
-    if (a.m <= kMaxX) prefetch_lines(&b, sizeof(b), kStreamAhead);
-    const int8_t* xs[MX];
-#pragma GCC unroll 4
-    for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
-    SubScales16 sc;
-    q3_scales(b, sc);
-    __m256i S[MX];
-#pragma GCC unroll 4
-    for (int i = 0; i < MX; ++i) S[i] = _mm256_setzero_si256();
-    [&]<int... Q>(std::integer_sequence<int, Q...>) {  // Q = 8H + 2K + T: sub-block j = Q
-      (q3_sub<Q / 8, (Q / 2) % 4, Q % 2, MX>(b, sc, xs, S), ...);
-    }(std::make_integer_sequence<int, 16>{});
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
-#pragma GCC unroll 4
-    for (int i = 0; i < MX; ++i) {
-      const __m256i O = folded_offset(sc, a.bsum.data() + ((i0 + i) * a.ns + s) * 16);
-      const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, 2));  // S - 4 O
-      const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.ns + s)]);
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, dx), acc[i]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
+  sub16_group<2, MX>(grp, a, i0, y, ldy,
+                     [](const BlockQ3_Kx8& b, SubScales16& sc) { q3_scales(b, sc); },
+                     [](const BlockQ3_Kx8& b, const SubScales16& sc, const int8_t* const* xs,
+                        __m256i* S) {
+                       [&]<int... Q>(std::integer_sequence<int, Q...>) {  // sub-block Q = 8H + 2K + T
+                         (q3_sub<Q / 8, (Q / 2) % 4, Q % 2, MX>(b, sc, xs, S), ...);
+                       }(std::make_integer_sequence<int, 16>{});
+                     });
 }
 
 // ---- IQ4_XS ----
