@@ -194,9 +194,7 @@ bool has_interleaved_layout(DType t) {
 }
 
 bool computes_interleaved(DType t, CpuKernel kernel) {
-  if (!has_interleaved_layout(t) || !has_avx2(kernel)) return false;
-  const bool vnni_only = t == DType::Q2_K;
-  return !vnni_only || detail::vnni_kernels_run(kernel);
+  return has_interleaved_layout(t) && has_avx2(kernel);
 }
 
 bool can_interleave(const WeightMatrix& w) {

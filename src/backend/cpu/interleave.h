@@ -104,8 +104,7 @@ bool has_interleaved_layout(DType t);
 bool is_block32_x8(DType t);
 
 // Whether matmul computes W interleaved natively on this CPU and W is in the file's layout with
-// at least 8 rows: the 32-element types and Q3_K..Q6_K, IQ4_XS wherever the active kernel is
-// AVX2 or AVX-512; Q2_K where the VNNI kernels run (AVX2 CPUs keep its file layout).
+// at least 8 rows: every type with a layout wherever the active kernel is AVX2 or AVX-512.
 bool computes_interleaved(DType t, CpuKernel kernel);
 bool can_interleave(const WeightMatrix& w);
 

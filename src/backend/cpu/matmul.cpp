@@ -90,7 +90,7 @@ void check_args(const float* x, int64_t m, const WeightMatrix& w, const float* y
 }
 
 // Interleaved Q2_K..Q6_K / Q8_0 / Q4_0 / IQ4_NL / IQ4_XS (interleave.h): natively by the
-// AVX-512 VNNI kernels or the AVX2 ones (not Q2_K), the tail rows by the file-layout
+// AVX-512 VNNI kernels or the AVX2 ones, the tail rows by the file-layout
 // kernels one row of x at a time, as in decode (at most 7 weight rows: no thread hand-off),
 // so a row's tail does not depend on m either; the other variants (tests) on a copy in the
 // file's layout.

@@ -1,4 +1,4 @@
-// AVX2 GEMV and GEMM on Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights interleaved 8 rows at a time
+// AVX2 GEMV and GEMM on Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights interleaved 8 rows at a time
 // (interleave.h) against Q8_K activations, and on Q8_0, Q4_0 and IQ4_NL ones against Q8_0
 // activations: decode and prefill of these types on CPUs without AVX-512 VNNI.
 //
@@ -12,6 +12,8 @@
 //     Q6_K (16-element sub-blocks j): S_r = sum_j sc_rj t_rj,  O_r = sum_j 32 sc_rj bsum16_j,
 //                                     y_r += d_r dx (S_r - O_r)   (the folded offset q - 32)
 //     Q3_K (16-element sub-blocks j): the same with O_r = sum_j 4 sc_rj bsum16_j   (q - 4)
+//     Q2_K (16-element sub-blocks j): S_r = sum_j sc_rj t_rj,  M_r = sum_j mn_rj bsum16_j,
+//                                     y_r += d_r dx S_r - dmin_r dx M_r
 //     IQ4_XS (32-element sub-blocks j, grid values w): S_r = sum_j sc_rj t_rj, y_r += d_r dx S_r
 // The row kernels (matmul_blocks_avx2.cpp) spend, per 32 weights of one row, a maddubs, a
 // madd, a scale shuffle and a horizontal sum per super-block; here a maddubs serves 8 rows and
@@ -168,16 +170,16 @@ void k_group(const B* grp, const QuantizedRowsK& a, const int32_t* bpair, int64_
   for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (i0 + i) * ldy, acc[i]);
 }
 
-// ---- Q6_K and Q3_K (16-element sub-blocks, the offset folded into O) ----
+// ---- Q6_K, Q3_K and Q2_K (16-element sub-blocks; Q6_K's and Q3_K's offset folded into O) ----
 
 // The 16 sub-block scales of a super-block of 8 rows as int16 pairs, made once per super-block
 // for every row of x: sc[j] = (sc_jr, sc_jr) in int32 lane r, the madd operand of S;
-// op[p] = (sc_2p,r, sc_2p+1,r), the madd operand of O.
+// op[p] = (sc_2p,r, sc_2p+1,r), the madd operand of O (Q2_K: its mins (mn_2p,r, mn_2p+1,r)).
 struct SubScales16 {
   __m256i sc[16], op[8];
 };
 
-// O_r = sum_j sc_jr bsum_j over the pairs of sub-blocks (2p, 2p + 1), bsum: x's 16 sums of 16.
+// O_r = sum_j op_jr bsum_j over the pairs of sub-blocks (2p, 2p + 1), bsum: x's 16 sums of 16.
 inline __m256i folded_offset(const SubScales16& sc, const int16_t* bsum) {
   __m256i O = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -229,11 +231,14 @@ inline void q6_quad(const BlockQ6_Kx8& b, const SubScales16& sc, const int8_t* c
 }
 
 // y[(i0 + i) * ldy + r] = x row i0 + i . weight row 8 group + r, r < 8, i < MX, for the types
-// of 16-element sub-blocks whose offset is folded into O: per super-block
-//     S_r = sum_j sc_j t_j,  O_r = sum_j sc_j bsum_j,  y_r += d_r dx (S_r - 2^kShift O_r)
-// (the scalar kernels' folded offset, subtracted as integers: Q6_K 32, Q3_K 4). scales(b, sc)
-// makes the super-block's SubScales16, sums(b, sc, xs, S) adds its S (lambdas, so both are
-// inlined: a function reference left q6_scales and q3_scales out of line).
+// of 16-element sub-blocks: per super-block S_r = sum_j sc_j t_j and O_r = sum_j op_j bsum_j,
+// where op_j is the folded offset's sc_j (kShift >= 0) or the sub-block's min (kOwnMins):
+//     folded (Q6_K 32 = 2^5, Q3_K 4 = 2^2):  y_r += d_r dx (S_r - 2^kShift O_r),
+//     own mins (Q2_K):                        y_r += d_r dx S_r - dmin_r dx O_r,
+// the scalar kernels' integer sums; a folded offset is subtracted as integers, as they do.
+// scales(b, sc) makes the super-block's SubScales16, sums(b, sc, xs, S) adds its S (lambdas,
+// so both are inlined: a function reference left q6_scales and q3_scales out of line).
+constexpr int kOwnMins = -1;
 template <int kShift, int MX, class Block, class Scales, class Sums>
 inline void sub16_group(const Block* grp, const QuantizedRowsK& a, int64_t i0, float* y,
                         int64_t ldy, Scales&& scales, Sums&& sums) {
@@ -256,9 +261,15 @@ inline void sub16_group(const Block* grp, const QuantizedRowsK& a, int64_t i0, f
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) {
       const __m256i O = folded_offset(sc, a.bsum.data() + ((i0 + i) * a.ns + s) * 16);
-      const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, kShift));
       const __m256 dx = _mm256_set1_ps(a.d[static_cast<size_t>((i0 + i) * a.ns + s)]);
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, dx), acc[i]);
+      if constexpr (kShift == kOwnMins) {
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[i]), _mm256_mul_ps(d, dx), acc[i]);
+        acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(O), _mm256_mul_ps(dmin, dx), acc[i]);
+      } else {
+        const __m256i dot = _mm256_sub_epi32(S[i], _mm256_slli_epi32(O, kShift));
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, dx), acc[i]);
+      }
     }
   }
 #pragma GCC unroll 4
@@ -309,7 +320,7 @@ inline void q3_scales(const BlockQ3_Kx8& b, SubScales16& s) {
 // The 3-bit levels of elements 128H + 32k + 4g .. + 3 of 8 interleaved Q3_K rows: bits 2k, 2k + 1
 // of qs register (g, H) and, as bit 2, bit 4H + k of hmask register g.
 template <int H, int K>
-inline __m256i q3_level(const BlockQ3_Kx8& b, int g) {
+inline __m256i q23_level(const BlockQ3_Kx8& b, int g) {
   constexpr int c = 4 * H + K;
   const __m256i qs = load32(b.q[g][1 + H][0]), hm = load32(b.q[g][0][0]);
   const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * K), _mm256_set1_epi8(3));
@@ -319,16 +330,24 @@ inline __m256i q3_level(const BlockQ3_Kx8& b, int g) {
   return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(4)));
 }
 
-// S[i] += sc_j t_j for sub-block j = 8H + 2K + T (elements 128H + 32K + 16T ..) of the 8 rows
-// against x rows xs[i]: its 4 groups' maddubs summed in int16 (levels <= 7: at most
+// The 2-bit levels of the same elements of 8 interleaved Q2_K rows: bits 2k, 2k + 1 of qs
+// register (g, H), as Q3_K's without the hmask bit.
+template <int H, int K>
+inline __m256i q23_level(const BlockQ2_Kx8& b, int g) {
+  const __m256i qs = load32(b.qs[g][H][0]);
+  return _mm256_and_si256(K ? _mm256_srli_epi16(qs, 2 * K) : qs, _mm256_set1_epi8(3));
+}
+
+// S[i] += sc_j t_j for sub-block j = 8H + 2K + T (elements 128H + 32K + 16T ..) of 8 Q3_K or
+// Q2_K rows against x rows xs[i]: its 4 groups' maddubs summed in int16 (levels <= 7: at most
 // 4 * 2 * 7 * 127 = 7112), then one madd.
-template <int H, int K, int T, int MX>
-inline void q3_sub(const BlockQ3_Kx8& b, const SubScales16& sc, const int8_t* const xs[MX],
-                   __m256i S[MX]) {
+template <int H, int K, int T, int MX, class Block>
+inline void q23_sub(const Block& b, const SubScales16& sc, const int8_t* const xs[MX],
+                    __m256i S[MX]) {
   __m256i t[MX];
 #pragma GCC unroll 4
   for (int g = 4 * T; g < 4 * T + 4; ++g) {
-    const __m256i q = q3_level<H, K>(b, g);
+    const __m256i q = q23_level<H, K>(b, g);
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) {
       const __m256i p = _mm256_maddubs_epi16(q, bcast4(xs[i] + 128 * H + 32 * K + 4 * g));
@@ -340,17 +359,57 @@ inline void q3_sub(const BlockQ3_Kx8& b, const SubScales16& sc, const int8_t* co
     S[i] = _mm256_add_epi32(S[i], _mm256_madd_epi16(t[i], sc.sc[8 * H + 2 * K + T]));
 }
 
+// The sums of all 16 sub-blocks of 8 Q3_K or Q2_K rows (sub-block Q = 8H + 2K + T).
+template <int MX, class Block>
+inline void q23_sums(const Block& b, const SubScales16& sc, const int8_t* const* xs, __m256i* S) {
+  [&]<int... Q>(std::integer_sequence<int, Q...>) {
+    (q23_sub<Q / 8, (Q / 2) % 4, Q % 2, MX>(b, sc, xs, S), ...);
+  }(std::make_integer_sequence<int, 16>{});
+}
+
 template <int MX>
 void q3_group(const BlockQ3_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float* y,
               int64_t ldy) {
   sub16_group<2, MX>(grp, a, i0, y, ldy,
                      [](const BlockQ3_Kx8& b, SubScales16& sc) { q3_scales(b, sc); },
                      [](const BlockQ3_Kx8& b, const SubScales16& sc, const int8_t* const* xs,
-                        __m256i* S) {
-                       [&]<int... Q>(std::integer_sequence<int, Q...>) {  // sub-block Q = 8H + 2K + T
-                         (q3_sub<Q / 8, (Q / 2) % 4, Q % 2, MX>(b, sc, xs, S), ...);
-                       }(std::make_integer_sequence<int, 16>{});
-                     });
+                        __m256i* S) { q23_sums<MX>(b, sc, xs, S); });
+}
+
+// ---- Q2_K ----
+
+// The byte shuffle that puts byte k0 of every 4-byte lane in the lane's low int16 and byte k1
+// in its high one (their upper bytes 0: index bit 7 set).
+inline __m256i pick_pair(int k0, int k1) {
+  const __m256i lane = _mm256_setr_epi32(0, 0x40004, 0x80008, 0xc000c, 0, 0x40004, 0x80008, 0xc000c);
+  return _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int32_t>(0x80008000u | k0 | k1 << 16)));
+}
+
+// Q2_K's scales from the words of scale bytes 4i..4i+3 (scale of sub-block 4i + k in the low
+// nibble of byte k, its min in the high one): sc[j] = (sc_j, sc_j) and, in op, the mins of
+// sub-blocks 2p, 2p + 1 as the pair (mn_2p, mn_2p+1), each a byte shuffle of a masked word.
+inline void q2_scales(const BlockQ2_Kx8& b, SubScales16& s) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m256i w = load32(reinterpret_cast<const uint8_t*>(b.scales[i]));
+    const __m256i sc = _mm256_and_si256(w, m4), mn = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) s.sc[4 * i + k] = _mm256_shuffle_epi8(sc, pick_pair(k, k));
+    s.op[2 * i] = _mm256_shuffle_epi8(mn, pick_pair(0, 1));
+    s.op[2 * i + 1] = _mm256_shuffle_epi8(mn, pick_pair(2, 3));
+  }
+}
+
+// Q2_K: Q3_K's sums on 2-bit levels (at most 4 * 2 * 3 * 127 = 3048 per int16 sum), the mins
+// apart: S_r = sum_j sc_j t_j, O_r = sum_j mn_j bsum_j, y_r += d_r dx S_r - dmin_r dx O_r.
+template <int MX>
+void q2_group(const BlockQ2_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float* y,
+              int64_t ldy) {
+  sub16_group<kOwnMins, MX>(grp, a, i0, y, ldy,
+                            [](const BlockQ2_Kx8& b, SubScales16& sc) { q2_scales(b, sc); },
+                            [](const BlockQ2_Kx8& b, const SubScales16& sc,
+                               const int8_t* const* xs, __m256i* S) { q23_sums<MX>(b, sc, xs, S); });
 }
 
 // ---- IQ4_XS ----
@@ -587,6 +646,10 @@ void matmul_interleaved_avx2(ThreadPool& pool, const float* x, int64_t m, const 
   if (w.dtype == DType::Q3_K)
     return over_groups(static_cast<const BlockQ3_Kx8*>(w.data), [&](auto mx, auto* b, int64_t i, float* yg) {
       q3_group<decltype(mx)::value>(b, a, i, yg, ldy);
+    });
+  if (w.dtype == DType::Q2_K)
+    return over_groups(static_cast<const BlockQ2_Kx8*>(w.data), [&](auto mx, auto* b, int64_t i, float* yg) {
+      q2_group<decltype(mx)::value>(b, a, i, yg, ldy);
     });
   if (w.dtype == DType::Q6_K)
     return over_groups(static_cast<const BlockQ6_Kx8*>(w.data), [&](auto mx, auto* b, int64_t i, float* yg) {
