@@ -289,32 +289,43 @@ void q6_group(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
                      });
 }
 
-// Q3_K's sub-block scale sc_J = s_J - 32 of the 8 rows in int32 lanes (s_J: q3k_scale, from
-// the words W0, W1 (low nibbles: byte J % 8, the high nibble from J = 8 on) and W2 (2 high
-// bits: byte J % 4, bits 2 (J / 4))).
-template <int J>
-inline __m256i q3_scale(__m256i W0, __m256i W1, __m256i W2) {
-  constexpr int s1 = 8 * (J % 4) + 4 * (J / 8), s2 = 8 * (J % 4) + 2 * (J / 4);
-  const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(J % 8 < 4 ? W0 : W1, s1), _mm256_set1_epi32(15));
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(W2, s2), _mm256_set1_epi32(3));
-  return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-}
 // (a, b) int32 lanes (|a|, |b| < 2^15) as the int16 pair (a, b).
 inline __m256i pair_lanes(__m256i a, __m256i b) {
   return _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
 }
+
+// The byte shuffle that puts byte k0 of every 4-byte lane in the lane's low int16 and byte k1
+// in its high one (their upper bytes 0: index bit 7 set).
+inline __m256i pick_pair(int k0, int k1) {
+  const __m256i lane = _mm256_setr_epi32(0, 0x40004, 0x80008, 0xc000c, 0, 0x40004, 0x80008, 0xc000c);
+  return _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int32_t>(0x80008000u | k0 | k1 << 16)));
+}
+
+// Q3_K's 16 scales sc_j = s_j - 32 of the 8 rows (s_j: q3k_scale): the 6-bit s_j of sub-blocks
+// 4i..4i+3 as bytes 0..3 of each lane of V_i, from the words W0, W1 (scale bytes 0-7: the low 4
+// bits, low nibbles for j < 8, high ones from 8 on) and W2 (bytes 8-11: bits 4, 5 of s_j at
+// bits 2 (j / 4), 2 (j / 4) + 1 of byte j % 4); then each pair one byte shuffle of V_i and an
+// int16 subtraction (about 60 instructions per super-block instead of 160 by 32-bit lanes).
 inline void q3_scales(const BlockQ3_Kx8& b, SubScales16& s) {
   const __m256i W0 = load32(reinterpret_cast<const uint8_t*>(b.scales[0]));
   const __m256i W1 = load32(reinterpret_cast<const uint8_t*>(b.scales[1]));
   const __m256i W2 = load32(reinterpret_cast<const uint8_t*>(b.scales[2]));
-  __m256i v[16];
-  [&]<int... J>(std::integer_sequence<int, J...>) {
-    ((v[J] = q3_scale<J>(W0, W1, W2)), ...);
-  }(std::make_integer_sequence<int, 16>{});
-#pragma GCC unroll 16
-  for (int j = 0; j < 16; ++j) s.sc[j] = pair_lanes(v[j], v[j]);
-#pragma GCC unroll 8
-  for (int p = 0; p < 8; ++p) s.op[p] = pair_lanes(v[2 * p], v[2 * p + 1]);
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  const __m256i V[4] = {
+      _mm256_or_si256(_mm256_and_si256(W0, m4), _mm256_and_si256(_mm256_slli_epi16(W2, 4), m30)),
+      _mm256_or_si256(_mm256_and_si256(W1, m4), _mm256_and_si256(_mm256_slli_epi16(W2, 2), m30)),
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(W0, 4), m4), _mm256_and_si256(W2, m30)),
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(W1, 4), m4),
+                      _mm256_and_si256(_mm256_srli_epi16(W2, 2), m30))};
+  const __m256i k32 = _mm256_set1_epi16(32);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+      s.sc[4 * i + k] = _mm256_sub_epi16(_mm256_shuffle_epi8(V[i], pick_pair(k, k)), k32);
+    s.op[2 * i] = _mm256_sub_epi16(_mm256_shuffle_epi8(V[i], pick_pair(0, 1)), k32);
+    s.op[2 * i + 1] = _mm256_sub_epi16(_mm256_shuffle_epi8(V[i], pick_pair(2, 3)), k32);
+  }
 }
 
 // The 3-bit levels of elements 128H + 32k + 4g .. + 3 of 8 interleaved Q3_K rows: bits 2k, 2k + 1
@@ -377,13 +388,6 @@ void q3_group(const BlockQ3_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
 }
 
 // ---- Q2_K ----
-
-// The byte shuffle that puts byte k0 of every 4-byte lane in the lane's low int16 and byte k1
-// in its high one (their upper bytes 0: index bit 7 set).
-inline __m256i pick_pair(int k0, int k1) {
-  const __m256i lane = _mm256_setr_epi32(0, 0x40004, 0x80008, 0xc000c, 0, 0x40004, 0x80008, 0xc000c);
-  return _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int32_t>(0x80008000u | k0 | k1 << 16)));
-}
 
 // Q2_K's scales from the words of scale bytes 4i..4i+3 (scale of sub-block 4i + k in the low
 // nibble of byte k, its min in the high one): sc[j] = (sc_j, sc_j) and, in op, the mins of
