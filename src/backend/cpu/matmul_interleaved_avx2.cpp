@@ -301,11 +301,28 @@ inline __m256i pick_pair(int k0, int k1) {
   return _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int32_t>(0x80008000u | k0 | k1 << 16)));
 }
 
+// The pairs of sub-blocks 4i..4i+3 from registers whose lanes hold one byte per sub-block (byte
+// k: sub-block 4i + k, at most 63): sc[4i + k] = (v_k, v_k) of sc_bytes, op[2i] = (v_0, v_1) and
+// op[2i + 1] = (v_2, v_3) of op_bytes, each minus kBias.
+template <int kBias>
+inline __m256i byte_pair(__m256i v, int k0, int k1) {
+  const __m256i p = _mm256_shuffle_epi8(v, pick_pair(k0, k1));
+  return kBias ? _mm256_sub_epi16(p, _mm256_set1_epi16(kBias)) : p;
+}
+template <int kBias>
+inline void byte_pairs(__m256i sc_bytes, __m256i op_bytes, int i, SubScales16& s) {
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) s.sc[4 * i + k] = byte_pair<kBias>(sc_bytes, k, k);
+  s.op[2 * i] = byte_pair<kBias>(op_bytes, 0, 1);
+  s.op[2 * i + 1] = byte_pair<kBias>(op_bytes, 2, 3);
+}
+
 // Q3_K's 16 scales sc_j = s_j - 32 of the 8 rows (s_j: q3k_scale): the 6-bit s_j of sub-blocks
 // 4i..4i+3 as bytes 0..3 of each lane of V_i, from the words W0, W1 (scale bytes 0-7: the low 4
 // bits, low nibbles for j < 8, high ones from 8 on) and W2 (bytes 8-11: bits 4, 5 of s_j at
 // bits 2 (j / 4), 2 (j / 4) + 1 of byte j % 4); then each pair one byte shuffle of V_i and an
-// int16 subtraction (about 60 instructions per super-block instead of 160 by 32-bit lanes).
+// int16 subtraction, byte_pairs (about 60 instructions per super-block instead of 160 by
+// 32-bit lanes).
 inline void q3_scales(const BlockQ3_Kx8& b, SubScales16& s) {
   const __m256i W0 = load32(reinterpret_cast<const uint8_t*>(b.scales[0]));
   const __m256i W1 = load32(reinterpret_cast<const uint8_t*>(b.scales[1]));
@@ -317,15 +334,8 @@ inline void q3_scales(const BlockQ3_Kx8& b, SubScales16& s) {
       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(W0, 4), m4), _mm256_and_si256(W2, m30)),
       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(W1, 4), m4),
                       _mm256_and_si256(_mm256_srli_epi16(W2, 2), m30))};
-  const __m256i k32 = _mm256_set1_epi16(32);
 #pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k)
-      s.sc[4 * i + k] = _mm256_sub_epi16(_mm256_shuffle_epi8(V[i], pick_pair(k, k)), k32);
-    s.op[2 * i] = _mm256_sub_epi16(_mm256_shuffle_epi8(V[i], pick_pair(0, 1)), k32);
-    s.op[2 * i + 1] = _mm256_sub_epi16(_mm256_shuffle_epi8(V[i], pick_pair(2, 3)), k32);
-  }
+  for (int i = 0; i < 4; ++i) byte_pairs<32>(V[i], V[i], i, s);
 }
 
 // The 3-bit levels of elements 128H + 32k + 4g .. + 3 of 8 interleaved Q3_K rows: bits 2k, 2k + 1
@@ -391,17 +401,13 @@ void q3_group(const BlockQ3_Kx8* grp, const QuantizedRowsK& a, int64_t i0, float
 
 // Q2_K's scales from the words of scale bytes 4i..4i+3 (scale of sub-block 4i + k in the low
 // nibble of byte k, its min in the high one): sc[j] = (sc_j, sc_j) and, in op, the mins of
-// sub-blocks 2p, 2p + 1 as the pair (mn_2p, mn_2p+1), each a byte shuffle of a masked word.
+// sub-blocks 2p, 2p + 1 as the pair (mn_2p, mn_2p+1), byte pairs of the masked words.
 inline void q2_scales(const BlockQ2_Kx8& b, SubScales16& s) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     const __m256i w = load32(reinterpret_cast<const uint8_t*>(b.scales[i]));
-    const __m256i sc = _mm256_and_si256(w, m4), mn = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) s.sc[4 * i + k] = _mm256_shuffle_epi8(sc, pick_pair(k, k));
-    s.op[2 * i] = _mm256_shuffle_epi8(mn, pick_pair(0, 1));
-    s.op[2 * i + 1] = _mm256_shuffle_epi8(mn, pick_pair(2, 3));
+    byte_pairs<0>(_mm256_and_si256(w, m4), _mm256_and_si256(_mm256_srli_epi16(w, 4), m4), i, s);
   }
 }
 
