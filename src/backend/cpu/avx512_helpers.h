@@ -101,13 +101,13 @@ void for_row_tiles(int64_t i0, int64_t end, Tile&& tile) {
 }
 
 // Software prefetch for the decode GEMVs that read one stream of weight blocks: the n bytes
-// kPrefetchBytes after p (prefetch_lines, avx2_helpers.h). With the
-// hardware prefetchers alone the interleaved Q4_K, Q5_K, IQ4_XS, Q3_K and Q2_K GEMVs ran
-// 10-50% below DRAM bandwidth on 1.5B shapes (efim_bench_kernels --interleave, 2026-12-05);
-// Q6_K, Q8_0 and Q4_0 gained nothing (Q6_K's short rows lost ~10%) and go without.
-constexpr size_t kPrefetchBytes = 8192;
+// kStreamAhead after p (prefetch_lines, avx2_helpers.h). With the hardware prefetchers alone
+// the interleaved Q4_K, Q5_K, IQ4_XS, Q3_K and Q2_K GEMVs ran 10-50% below DRAM bandwidth on
+// 1.5B shapes (efim_bench_kernels --interleave, Zen 4, 2026-12-05), and whole-model decode on a
+// Xeon 0.85x (Q3_K_M) without it. Q6_K, Q8_0 and Q4_0 go without: Q6_K lost 4-5% on the Xeon's
+// 1.5B Q4_K_M decode with it at 512 B or 2 KB, and 12% at 8 KB (its short rows lost ~10% on Zen 4).
 __attribute__((always_inline)) inline void prefetch_ahead(const void* p, size_t n) {
-  prefetch_lines(p, n, kPrefetchBytes);
+  prefetch_lines(p, n, kStreamAhead);
 }
 
 }  // namespace

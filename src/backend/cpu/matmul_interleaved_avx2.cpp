@@ -65,8 +65,8 @@ constexpr int kMaxX = 4;  // rows of x per pass over a group
 // too: the two together, medians of 10 alternated runs (2026-12-07), GB/s: 1.5B gate|up 24.8 -> 30.0,
 // ffn down 25.8 -> 32.7, lm head 24.6 -> 30.4, kv 22.9 -> 26.6; 100M ffn up 24.5 -> 28.4, down
 // 23.1 -> 27.5, lm head 26.1 -> 31.8 (1.16-1.27x). Prompts go without (their first pass over
-// a chunk prefetching: 0.70-1.05x). 2 and 3 KB ahead did about the same, 1 KB less.
-constexpr size_t kStreamAhead = 2048;
+// a chunk prefetching: 0.70-1.05x). 2 and 3 KB ahead did about the same, 1 KB less
+// (kStreamAhead, avx2_helpers.h).
 
 // x's 4 quants at p in every int32 lane.
 inline __m256i bcast4(const int8_t* p) {
