@@ -54,6 +54,7 @@ void x8_group_q8(const BlockQ8_0x8* grp, const QuantizedRows& a, int64_t i0, flo
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < a.nb; ++b) {
     const BlockQ8_0x8& blk = grp[b];
+    prefetch_ahead(&blk, sizeof(blk));
     __m256i w[8];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) w[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[g]));
