@@ -24,13 +24,13 @@ __attribute__((always_inline)) inline void prefetch_lines(const void* p, size_t 
   for (size_t l = 0; l < n; l += 64) _mm_prefetch(q + l, _MM_HINT_T0);
 }
 
-// How far ahead the decode GEMVs (AVX2 and AVX-512) ask for their stream of weight blocks. 2 KB
-// on both CPUs measured: on a 2-core AVX2 EPYC VM (2026-12-07) 2 and 3 KB did about the same and
-// 1 KB less (matmul_interleaved_avx2.cpp); on a 2-core AVX-512 Xeon VM (Sapphire Rapids class,
-// 2026-12-07, the VNNI GEMVs, whole-model decode of the 1.5B-shaped files, alternated pairs)
-// 8 KB, the distance chosen before from kernel benches on Zen 4, was 0.76-0.85x of 2 KB
-// (Q4_K_M, Q5_K_M, IQ4_XS, Q3_K_M), 4 KB 0.82x of none, 2 KB 1.03x of none; 8 KB with the T2
-// hint (L2 only) matched 2 KB: far T0 prefetches crowd the L1.
+// How far ahead the AVX2 decode GEMVs ask for their stream of weight blocks (and the AVX-512
+// ones on Intel CPUs, kAvx512StreamAhead). On a 2-core AVX2 EPYC VM (2026-12-07) 2 and 3 KB did
+// about the same and 1 KB less (matmul_interleaved_avx2.cpp). On a 2-core AVX-512 Xeon VM
+// (Sapphire Rapids class, 2026-12-07, the VNNI GEMVs, whole-model decode of the 1.5B-shaped
+// files, alternated pairs) the 8 KB chosen on Zen 4 was 0.76-0.85x of 2 KB (Q4_K_M, Q5_K_M,
+// IQ4_XS, Q3_K_M), 4 KB 0.82x of none, 2 KB 1.03x of none; 8 KB with the T2 hint (L2 only)
+// matched 2 KB: T0 lines that far ahead crowd the L1.
 constexpr size_t kStreamAhead = 2048;
 
 // Sum of the 8 lanes.

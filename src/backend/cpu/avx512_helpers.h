@@ -101,16 +101,22 @@ void for_row_tiles(int64_t i0, int64_t end, Tile&& tile) {
 }
 
 // Software prefetch for the decode GEMVs that read one stream of weight blocks: the n bytes
-// kStreamAhead after p (prefetch_lines, avx2_helpers.h). With the hardware prefetchers alone
-// the interleaved Q4_K, Q5_K, IQ4_XS, Q3_K and Q2_K GEMVs ran 10-50% below DRAM bandwidth on
-// 1.5B shapes (efim_bench_kernels --interleave, Zen 4, 2026-12-05), and whole-model decode on a
-// Xeon 0.85x (Q3_K_M) without it. The Q8_0 GEMV (one group at a time) takes it too: on the
-// Xeon 100M Q8_0 decode 1.16x (its 107 MB of weights largely in that VM's L3), 1.5B-shaped Q8_0
-// 1.02x (3 alternated pairs each; 8 KB gained nothing on Zen 4). Q6_K and Q4_0 go without: Q6_K
-// lost 4-5% on the Xeon's 1.5B Q4_K_M decode with it at 512 B or 2 KB, and 12% at 8 KB (its
-// short rows lost ~10% on Zen 4).
+// kAvx512StreamAhead after p (prefetch_lines, avx2_helpers.h). With the hardware prefetchers
+// alone the interleaved Q4_K, Q5_K, IQ4_XS, Q3_K and Q2_K GEMVs ran 10-50% below DRAM bandwidth
+// on 1.5B shapes (efim_bench_kernels --interleave, Zen 4, 2026-12-05; 8 KB ahead, whole-model
+// decode 1.05-1.23x), and a Xeon's whole-model decode 0.85x (Q3_K_M) without it. How far ahead
+// depends on the CPU: on the Xeon (Sapphire Rapids class) 8 KB was 0.76-0.85x of 2 KB (T0 lines
+// that far ahead crowd its L1; see kStreamAhead), so Intel CPUs take 2 KB and others the 8 KB
+// measured on Zen 4. The Q8_0 GEMV (one group at a time) takes it too: Xeon 100M Q8_0 decode
+// 1.16x and 1.31x (107 MB of weights, largely in that VM's L3), 1.5B-shaped Q8_0 1.02x (3
+// alternated pairs each; 8 KB gained nothing on Zen 4). Q6_K and Q4_0 go without: Q6_K lost 4-5%
+// on the Xeon's 1.5B Q4_K_M decode with it at 512 B or 2 KB, 12% at 8 KB (~10% on Zen 4).
+inline const size_t kAvx512StreamAhead = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel") ? kStreamAhead : 4 * kStreamAhead;
+}();
 __attribute__((always_inline)) inline void prefetch_ahead(const void* p, size_t n) {
-  prefetch_lines(p, n, kStreamAhead);
+  prefetch_lines(p, n, kAvx512StreamAhead);
 }
 
 }  // namespace
