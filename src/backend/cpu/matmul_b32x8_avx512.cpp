@@ -91,6 +91,7 @@ void x8_group_q4(const BlockQ4_0x8* grp, const QuantizedRows& a, int64_t i0, flo
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < a.nb; ++b) {
     const BlockQ4_0x8& blk = grp[b];
+    prefetch_ahead(&blk, sizeof(blk));
     __m256i lo[4], hi[4];  // elements 4g.. and 16 + 4g.. of the 8 rows
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
