@@ -191,16 +191,14 @@ void run_shape(efim::ThreadPool& pool, const Options& o, const Shape& s, DType t
       decode && !o.warm
           ? static_cast<int>(std::clamp<uint64_t>(3 * l3_bytes() / wbytes + 1, 1, 8192))
           : 1;
-  std::vector<std::vector<uint8_t>> w;
-  w.push_back(random_weights(s.n, s.k, t, 7));
-  for (int c = 1; c < copies; ++c) w.push_back(w[0]);
+  std::vector<std::vector<uint8_t>> w(1, random_weights(s.n, s.k, t, 7));
   const bool x8 = o.interleave && efim::cpu::can_interleave({t, s.n, s.k, w[0].data()});
-  if (x8)
-    for (auto& copy : w) {
-      std::vector<uint8_t> out(copy.size());
-      efim::cpu::interleave_rows8({t, s.n, s.k, copy.data()}, out.data());
-      copy = std::move(out);
-    }
+  if (x8) {
+    std::vector<uint8_t> out(w[0].size());
+    efim::cpu::interleave_rows8({t, s.n, s.k, w[0].data()}, out.data());
+    w[0] = std::move(out);
+  }
+  w.resize(static_cast<size_t>(copies), w[0]);
   std::vector<float> x(static_cast<size_t>(s.m * s.k)), y(static_cast<size_t>(s.m * s.n));
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -105,9 +105,8 @@ void for_row_tiles(int64_t i0, int64_t end, Tile&& tile) {
 // alone the interleaved Q4_K, Q5_K, IQ4_XS, Q3_K and Q2_K GEMVs ran 10-50% below DRAM bandwidth
 // on 1.5B shapes (efim_bench_kernels --interleave, Zen 4, 2026-12-05; 8 KB ahead, whole-model
 // decode 1.05-1.23x), and a Xeon's whole-model decode 0.85x (Q3_K_M) without it. How far ahead
-// depends on the CPU: on the Xeon (Sapphire Rapids class) 8 KB was 0.76-0.85x of 2 KB (T0 lines
-// that far ahead crowd its L1; see kStreamAhead), so Intel CPUs take 2 KB and others the 8 KB
-// measured on Zen 4. The Q8_0 and Q4_0 / IQ4_NL GEMVs (one group at a time) take it too: Xeon
+// depends on the CPU: 8 KB was slower than 2 KB on the Xeon (kStreamAhead), so Intel CPUs take
+// 2 KB and others the 8 KB measured on Zen 4. The Q8_0 and Q4_0 / IQ4_NL GEMVs (one group at a time) take it too: Xeon
 // 100M Q8_0 decode 1.16x and 1.31x (107 MB of weights, largely in that VM's L3), 1.5B-shaped
 // Q8_0 1.02x, Q4_0 1.19x (3 alternated pairs each; 8 KB gained nothing on Zen 4). Q6_K goes
 // without: it lost 4-5% on the Xeon's 1.5B Q4_K_M decode at 512 B or 2 KB, 12% at 8 KB (~10%
