@@ -15,18 +15,26 @@ namespace efim::cpu {
 // or SIMDe's emulation), and the linker must never let one TU call another's copy.
 namespace {
 
-// Software prefetch of one stream of weight blocks: the n bytes `ahead` bytes after p into L1
-// (a prefetch never faults, even past the matrix). always_inline: a function that only
-// prefetches counts as free of side effects, and GCC 12 drops the calls to it that it has not
-// inlined.
+// Software prefetch of one stream of weight blocks, the block of n bytes at p asking for the
+// cache lines that start in [p + ahead, p + ahead + n): a stream of consecutive blocks asks for
+// each line once, whatever the block size (a prefetch never faults, even past the matrix).
+// prefetch_lines brings them into L1 (T0), prefetch_lines_l2 into L2 only (T2: lines that far
+// ahead would crowd the L1). always_inline: a function that only prefetches counts as free of
+// side effects, and GCC 12 drops the calls to it that it has not inlined.
 __attribute__((always_inline)) inline void prefetch_lines(const void* p, size_t n, size_t ahead) {
-  const char* q = static_cast<const char*>(p) + ahead;
-  for (size_t l = 0; l < n; l += 64) _mm_prefetch(q + l, _MM_HINT_T0);
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) + ahead;
+  for (uintptr_t a = (begin + 63) & ~uintptr_t{63}; a < begin + n; a += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+}
+__attribute__((always_inline)) inline void prefetch_lines_l2(const void* p, size_t n, size_t ahead) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) + ahead;
+  for (uintptr_t a = (begin + 63) & ~uintptr_t{63}; a < begin + n; a += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T2);
 }
 
 // How far ahead the AVX2 decode GEMVs ask for their stream of weight blocks (and the AVX-512
-// ones on Intel CPUs, kAvx512StreamAhead). On a 2-core AVX2 EPYC VM (2026-12-07) 2 and 3 KB did
-// about the same and 1 KB less (matmul_interleaved_avx2.cpp). On a 2-core AVX-512 Xeon VM
+// ones on Intel CPUs into L1, kAvx512Stream). On a 2-core AVX2 EPYC VM (2026-12-07) 2 and 3 KB
+// did about the same and 1 KB less (matmul_interleaved_avx2.cpp). On a 2-core AVX-512 Xeon VM
 // (Sapphire Rapids class, 2026-12-07, the VNNI GEMVs, whole-model decode of the 1.5B-shaped
 // files, alternated pairs) the 8 KB chosen on Zen 4 was 0.76-0.85x of 2 KB (Q4_K_M, Q5_K_M,
 // IQ4_XS, Q3_K_M), 4 KB 0.82x of none, 2 KB 1.03x of none; 8 KB with the T2 hint (L2 only)

@@ -100,23 +100,30 @@ void for_row_tiles(int64_t i0, int64_t end, Tile&& tile) {
   }
 }
 
-// Software prefetch for the decode GEMVs that read one stream of weight blocks: the n bytes
-// kAvx512StreamAhead after p (prefetch_lines, avx2_helpers.h). With the hardware prefetchers
-// alone the interleaved Q4_K, Q5_K, IQ4_XS, Q3_K and Q2_K GEMVs ran 10-50% below DRAM bandwidth
-// on 1.5B shapes (efim_bench_kernels --interleave, Zen 4, 2026-12-05; 8 KB ahead, whole-model
-// decode 1.05-1.23x), and a Xeon's whole-model decode 0.85x (Q3_K_M) without it. How far ahead
-// depends on the CPU: 8 KB was slower than 2 KB on the Xeon (kStreamAhead), so Intel CPUs take
-// 2 KB and others the 8 KB measured on Zen 4. The Q8_0 and Q4_0 / IQ4_NL GEMVs (one group at a time) take it too: Xeon
-// 100M Q8_0 decode 1.16x and 1.31x (107 MB of weights, largely in that VM's L3), 1.5B-shaped
-// Q8_0 1.02x, Q4_0 1.19x (3 alternated pairs each; 8 KB gained nothing on Zen 4). Q6_K goes
-// without: it lost 4-5% on the Xeon's 1.5B Q4_K_M decode at 512 B or 2 KB, 12% at 8 KB (~10%
-// on Zen 4).
-inline const size_t kAvx512StreamAhead = [] {
+// Software prefetch for the decode GEMVs that read one stream of weight blocks, in two levels:
+// the lines kAvx512Stream.l1 bytes ahead into L1, and where l2 is set the lines l2 bytes ahead
+// into L2 (prefetch_lines, avx2_helpers.h). With the hardware prefetchers alone the interleaved
+// Q4_K, Q5_K, IQ4_XS, Q3_K and Q2_K GEMVs ran 10-50% below DRAM bandwidth on 1.5B shapes
+// (efim_bench_kernels --interleave, Zen 4, 2026-12-05; 8 KB ahead into L1, whole-model decode
+// 1.05-1.23x). How far ahead depends on the CPU. Zen 4 takes those 8 KB into L1 alone. On a
+// Xeon (2-core VM, 2026-12-07) 8 KB into L1 was slower than 2 KB (kStreamAhead), and 2 KB into
+// L1 with 4 KB into L2 beat 2 KB alone: whole-model decode of the 1.5B-shaped files, 4
+// alternated pairs each, Q4_K_M 1.12x, Q5_K_M 1.18x, IQ4_XS 1.10x, Q3_K_M 1.04x, Q4_0 1.07x,
+// Q8_0 0.99x (already at the VM's read rate), 100M Q8_0 1.11x (8 or 16 KB into L2 did the same
+// on the K-quants but cost Q8_0 5-12%; efim_bench_kernels: Q4_K from 61-68 to 79-87 GFLOP/s,
+// Q6_K from 44 to 58-66). Q6_K takes the two levels only: 512 B to 8 KB into L1 alone lost
+// 4-12% on either CPU; the two levels took its 1.5B lm head from 17.5 GB/s to 25-27.
+struct StreamAhead {
+  size_t l1, l2;  // bytes ahead into L1 and into L2 (0: none)
+};
+inline const StreamAhead kAvx512Stream = [] {
   __builtin_cpu_init();
-  return __builtin_cpu_is("intel") ? kStreamAhead : 4 * kStreamAhead;
+  return __builtin_cpu_is("intel") ? StreamAhead{kStreamAhead, 2 * kStreamAhead}
+                                   : StreamAhead{4 * kStreamAhead, 0};
 }();
 __attribute__((always_inline)) inline void prefetch_ahead(const void* p, size_t n) {
-  prefetch_lines(p, n, kAvx512StreamAhead);
+  prefetch_lines(p, n, kAvx512Stream.l1);
+  if (kAvx512Stream.l2 != 0) prefetch_lines_l2(p, n, kAvx512Stream.l2);
 }
 
 }  // namespace

@@ -469,6 +469,7 @@ void x8_group_q6(const BlockQ6_Kx8* grp, const QuantizedRowsK& a, int64_t i, flo
   __m256 acc = _mm256_setzero_ps();
   for (int64_t s = 0; s < a.ns; ++s) {
     const BlockQ6_Kx8& b = grp[s];
+    if (kAvx512Stream.l2 != 0) prefetch_ahead(&b, sizeof(b));  // the two levels only (kAvx512Stream)
     const int8_t* xs = a.q.data() + i * a.k + s * kQKBlock;
     const int16_t* bsum = a.bsum.data() + (i * a.ns + s) * 16;
     __m256i S = _mm256_setzero_si256();
