@@ -102,7 +102,7 @@ void for_row_tiles(int64_t i0, int64_t end, Tile&& tile) {
 
 // Software prefetch for the decode GEMVs that read one stream of weight blocks, in two levels:
 // the lines kAvx512Stream.l1 bytes ahead into L1, and where l2 is set the lines l2 bytes ahead
-// into L2 (prefetch_lines, avx2_helpers.h). With the hardware prefetchers alone the interleaved
+// into L2 (prefetch_stream, avx2_helpers.h). With the hardware prefetchers alone the interleaved
 // Q4_K, Q5_K, IQ4_XS, Q3_K and Q2_K GEMVs ran 10-50% below DRAM bandwidth on 1.5B shapes
 // (efim_bench_kernels --interleave, Zen 4, 2026-12-05; 8 KB ahead into L1, whole-model decode
 // 1.05-1.23x). How far ahead depends on the CPU. Zen 4 takes those 8 KB into L1 alone. On a
@@ -113,17 +113,10 @@ void for_row_tiles(int64_t i0, int64_t end, Tile&& tile) {
 // on the K-quants but cost Q8_0 5-12%; efim_bench_kernels: Q4_K from 61-68 to 79-87 GFLOP/s,
 // Q6_K from 44 to 58-66). Q6_K takes the two levels only: 512 B to 8 KB into L1 alone lost
 // 4-12% on either CPU; the two levels took its 1.5B lm head from 17.5 GB/s to 25-27.
-struct StreamAhead {
-  size_t l1, l2;  // bytes ahead into L1 and into L2 (0: none)
-};
-inline const StreamAhead kAvx512Stream = [] {
-  __builtin_cpu_init();
-  return __builtin_cpu_is("intel") ? StreamAhead{kStreamAhead, 2 * kStreamAhead}
-                                   : StreamAhead{4 * kStreamAhead, 0};
-}();
+inline const StreamAhead kAvx512Stream =
+    is_intel_cpu() ? StreamAhead{kStreamAhead, 2 * kStreamAhead} : StreamAhead{4 * kStreamAhead, 0};
 __attribute__((always_inline)) inline void prefetch_ahead(const void* p, size_t n) {
-  prefetch_lines(p, n, kAvx512Stream.l1);
-  if (kAvx512Stream.l2 != 0) prefetch_lines_l2(p, n, kAvx512Stream.l2);
+  prefetch_stream(p, n, kAvx512Stream);
 }
 
 }  // namespace

@@ -66,7 +66,7 @@ constexpr int kMaxX = 4;  // rows of x per pass over a group
 // ffn down 25.8 -> 32.7, lm head 24.6 -> 30.4, kv 22.9 -> 26.6; 100M ffn up 24.5 -> 28.4, down
 // 23.1 -> 27.5, lm head 26.1 -> 31.8 (1.16-1.27x). Prompts go without (their first pass over
 // a chunk prefetching: 0.70-1.05x). 2 and 3 KB ahead did about the same, 1 KB less
-// (kStreamAhead, avx2_helpers.h).
+// (kStreamAhead; Intel CPUs also ask 4 KB ahead into L2, kAvx2Stream in avx2_helpers.h).
 
 // x's 4 quants at p in every int32 lane.
 inline __m256i bcast4(const int8_t* p) {
@@ -136,7 +136,7 @@ void k_group(const B* grp, const QuantizedRowsK& a, const int32_t* bpair, int64_
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t s = 0; s < a.ns; ++s) {
     const B& b = grp[s];
-    if (a.m <= kMaxX) prefetch_lines(&b, sizeof(b), kStreamAhead);
+    if (a.m <= kMaxX) prefetch_stream(&b, sizeof(b), kAvx2Stream);
     const int8_t* xs[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
@@ -247,7 +247,7 @@ inline void sub16_group(const Block* grp, const QuantizedRowsK& a, int64_t i0, f
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t s = 0; s < a.ns; ++s) {
     const Block& b = grp[s];
-    if (a.m <= kMaxX) prefetch_lines(&b, sizeof(b), kStreamAhead);
+    if (a.m <= kMaxX) prefetch_stream(&b, sizeof(b), kAvx2Stream);
     const int8_t* xs[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
@@ -472,7 +472,7 @@ void iq4xs_group(const BlockIQ4_XSx8* grp, const QuantizedRowsK& a, int64_t i0, 
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t s = 0; s < a.ns; ++s) {
     const BlockIQ4_XSx8& b = grp[s];
-    if (a.m <= kMaxX) prefetch_lines(&b, sizeof(b), kStreamAhead);
+    if (a.m <= kMaxX) prefetch_stream(&b, sizeof(b), kAvx2Stream);
     const int8_t* xs[MX];
 #pragma GCC unroll 4
     for (int i = 0; i < MX; ++i) xs[i] = a.q.data() + (i0 + i) * a.k + s * kQKBlock;
@@ -573,7 +573,7 @@ void b32_group(const B* grp, const QuantizedRows& a, int64_t i0, float* y, int64
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t blk = 0; blk < a.nb; ++blk) {
     const B& b = grp[blk];
-    if (a.m <= kMaxX) prefetch_lines(&b, sizeof(b), kStreamAhead);
+    if (a.m <= kMaxX) prefetch_stream(&b, sizeof(b), kAvx2Stream);
     const int8_t* xs[MX];
     int32_t xsum[MX];
 #pragma GCC unroll 4
