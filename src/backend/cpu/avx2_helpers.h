@@ -18,18 +18,20 @@ namespace {
 // Software prefetch of one stream of weight blocks, the block of n bytes at p asking for the
 // cache lines that start in [p + ahead, p + ahead + n): a stream of consecutive blocks asks for
 // each line once, whatever the block size (a prefetch never faults, even past the matrix).
-// prefetch_lines brings them into L1 (T0), prefetch_lines_l2 into L2 only (T2: lines that far
-// ahead would crowd the L1). always_inline: a function that only prefetches counts as free of
-// side effects, and GCC 12 drops the calls to it that it has not inlined.
+// kLevel 1 brings them into L1 (T0), 2 into L2 only (T2: lines that far ahead would crowd the
+// L1). always_inline: a function that only prefetches counts as free of side effects, and
+// GCC 12 drops the calls to it that it has not inlined.
+template <int kLevel>
 __attribute__((always_inline)) inline void prefetch_lines(const void* p, size_t n, size_t ahead) {
+  static_assert(kLevel == 1 || kLevel == 2);
   const uintptr_t begin = reinterpret_cast<uintptr_t>(p) + ahead;
-  for (uintptr_t a = (begin + 63) & ~uintptr_t{63}; a < begin + n; a += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
-}
-__attribute__((always_inline)) inline void prefetch_lines_l2(const void* p, size_t n, size_t ahead) {
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) + ahead;
-  for (uintptr_t a = (begin + 63) & ~uintptr_t{63}; a < begin + n; a += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T2);
+  for (uintptr_t a = (begin + 63) & ~uintptr_t{63}; a < begin + n; a += 64) {
+    if constexpr (kLevel == 1) {
+      _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+    } else {
+      _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T2);
+    }
+  }
 }
 
 // How far ahead the AVX2 decode GEMVs ask for their stream of weight blocks (and the AVX-512
@@ -61,8 +63,8 @@ inline const StreamAhead kAvx2Stream =
 
 __attribute__((always_inline)) inline void prefetch_stream(const void* p, size_t n,
                                                           const StreamAhead& ahead) {
-  prefetch_lines(p, n, ahead.l1);
-  if (ahead.l2 != 0) prefetch_lines_l2(p, n, ahead.l2);
+  prefetch_lines<1>(p, n, ahead.l1);
+  if (ahead.l2 != 0) prefetch_lines<2>(p, n, ahead.l2);
 }
 
 // Sum of the 8 lanes.

@@ -114,7 +114,7 @@ void for_row_tiles(int64_t i0, int64_t end, Tile&& tile) {
 // Q6_K from 44 to 58-66). Q6_K takes the two levels only: 512 B to 8 KB into L1 alone lost
 // 4-12% on either CPU; the two levels took its 1.5B lm head from 17.5 GB/s to 25-27.
 inline const StreamAhead kAvx512Stream =
-    is_intel_cpu() ? StreamAhead{kStreamAhead, 2 * kStreamAhead} : StreamAhead{4 * kStreamAhead, 0};
+    is_intel_cpu() ? kAvx2Stream : StreamAhead{4 * kStreamAhead, 0};
 __attribute__((always_inline)) inline void prefetch_ahead(const void* p, size_t n) {
   prefetch_stream(p, n, kAvx512Stream);
 }

@@ -55,7 +55,7 @@ constexpr int kMaxX = 4;  // rows of x per pass over a group
 
 // With at most kMaxX rows of x (decode, short verify steps) each group is read once, streamed
 // from memory: the kernel asks for the lines kStreamAhead bytes past each block it starts
-// (prefetch_lines), since the hardware prefetcher alone leaves the GEMV below the machine's
+// (prefetch_stream), since the hardware prefetcher alone leaves the GEMV below the machine's
 // read rate. efim_bench_kernels --interleave, decode shapes, 2 threads, medians of 4 alternated
 // runs on a 2-core AVX2 EPYC VM (2026-12-07), GB/s without / with: Q8_0 100M attn 22.8 / 32.0,
 // lm head 23.5 / 29.5, Qwen 1.5B gate|up 24.2 / 32.6, ffn down 24.4 / 32.1 (1.09-1.40x on every
