@@ -12,6 +12,9 @@
 //                                       tree (reduce4)
 //   online softmax per row              m, l, P = exp(S - m) (exp16: exactly 0 for masked keys)
 //   O[r] = O[r] corr[r] + sum_j P[r, j] V[j]   up to 6 rows x 64 dimensions per pass
+// Q8_0 caches cost more in widening their int8 than in reading them, so their block scales come
+// converted once per key block (flash_loop.h's q8_row_scales): keys are scaled per 32 values
+// with a broadcast from that table, and the values' scales are folded into P (values_tile_q8).
 // Every row's arithmetic is the same whichever rows share its passes and whatever unit it is in,
 // which with attention() cutting every key range at fixed positions makes the kernel batch-
 // invariant (detail::FlashKernel): a row does not depend on the chunking of its prompt, on the
@@ -50,22 +53,16 @@ constexpr int64_t KB = kFlashKeyBlock;
 constexpr int kMaxTileRows = 6;  // rows per pass: 6 x 4 sums (scores), 6 x 4 vectors (values)
                                  // (3 x 8 vectors for wide heads)
 
-// Values d .. d + 15 of one head's K or V row in the cache's element type T, as f32. Q8_0:
-// head_dim is whole 32-value blocks, so the 16 values lie in block d / 32.
+// Values d .. d + 15 of one head's K or V row of an f32 or f16 cache, as f32. Q8_0 rows are
+// widened a block of 32 values at a time by the tiles themselves (widen_q8), their scales
+// converted once per key block (FlashBlock::kscale, vscale).
 template <DType T>
 inline __m512 load16(const uint8_t* row, int64_t d) {
   if constexpr (T == DType::F32) {
     return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d);
-  } else if constexpr (T == DType::F16) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d)));
   } else {
-    static_assert(T == DType::Q8_0);
-    const uint8_t* b = row + (d >> 5) * 34;
-    uint16_t h;
-    std::memcpy(&h, b, 2);
-    const __m512 scale = _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))));
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + (d & 31)));
-    return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    static_assert(T == DType::F16);
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d)));
   }
 }
 
@@ -87,11 +84,18 @@ inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, u));
 }
 
+// 16 int8 values of a q8_0 block at qs, times the block's scale s.
+inline __m512 widen_q8(const uint8_t* qs, __m512 s) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+}
+
 // S[r, j] = Q[r] . K[j] for rows r0 .. r0 + NR - 1 and all KB keys, 4 keys per pass, each key
-// widened once per pass; with `ahead`, its next block is prefetched as it goes.
+// widened once per pass; with `ahead`, its next block is prefetched as it goes. Q8_0 keys a
+// block of 32 values at a time, its scale broadcast from kscale (the same products and sums).
 template <DType T, int NR>
-inline void scores_tile(const float* Q, const uint8_t* const* krow, float* S, int64_t r0,
-                        int64_t hd, const FlashBlock* ahead) {
+inline void scores_tile(const float* Q, const uint8_t* const* krow, const float* kscale, float* S,
+                        int64_t r0, int64_t hd, const FlashBlock* ahead) {
   for (int64_t j = 0; j < KB; j += 4) {
     if (ahead) prefetch_next(*ahead, j);
     __m512 acc[NR][4];
@@ -99,13 +103,31 @@ inline void scores_tile(const float* Q, const uint8_t* const* krow, float* S, in
     for (int i = 0; i < NR; ++i)
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < hd; d += 16) {
+    if constexpr (T == DType::Q8_0) {
+      const int64_t nbk = hd / 32;
+      for (int64_t bk = 0; bk < nbk; ++bk) {
+        const float* q = Q + 32 * bk;
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        const __m512 k = load16<T>(krow[j + c], d);
+        for (int c = 0; c < 4; ++c) {
+          const __m512 s = _mm512_set1_ps(kscale[bk * KB + j + c]);
+          const uint8_t* qs = krow[j + c] + 34 * bk + 2;
+          const __m512 k0 = widen_q8(qs, s), k1 = widen_q8(qs + 16, s);
 #pragma GCC unroll 6
-        for (int i = 0; i < NR; ++i)
-          acc[i][c] = _mm512_fmadd_ps(_mm512_loadu_ps(Q + (r0 + i) * hd + d), k, acc[i][c]);
+          for (int i = 0; i < NR; ++i) {
+            acc[i][c] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (r0 + i) * hd), k0, acc[i][c]);
+            acc[i][c] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (r0 + i) * hd + 16), k1, acc[i][c]);
+          }
+        }
+      }
+    } else {
+      for (int64_t d = 0; d < hd; d += 16) {
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+          const __m512 k = load16<T>(krow[j + c], d);
+#pragma GCC unroll 6
+          for (int i = 0; i < NR; ++i)
+            acc[i][c] = _mm512_fmadd_ps(_mm512_loadu_ps(Q + (r0 + i) * hd + d), k, acc[i][c]);
+        }
       }
     }
 #pragma GCC unroll 6
@@ -120,12 +142,12 @@ inline void block_scores(const float* Q, const FlashBlock& b, float* S, int64_t 
   for (int64_t r = b.first; r < b.end; r += kMaxTileRows) {
     const FlashBlock* ahead = r == b.first ? &b : nullptr;
     switch (std::min<int64_t>(kMaxTileRows, b.end - r)) {
-      case 6: scores_tile<T, 6>(Q, b.krow, S, r, hd, ahead); break;
-      case 5: scores_tile<T, 5>(Q, b.krow, S, r, hd, ahead); break;
-      case 4: scores_tile<T, 4>(Q, b.krow, S, r, hd, ahead); break;
-      case 3: scores_tile<T, 3>(Q, b.krow, S, r, hd, ahead); break;
-      case 2: scores_tile<T, 2>(Q, b.krow, S, r, hd, ahead); break;
-      default: scores_tile<T, 1>(Q, b.krow, S, r, hd, ahead); break;
+      case 6: scores_tile<T, 6>(Q, b.krow, b.kscale, S, r, hd, ahead); break;
+      case 5: scores_tile<T, 5>(Q, b.krow, b.kscale, S, r, hd, ahead); break;
+      case 4: scores_tile<T, 4>(Q, b.krow, b.kscale, S, r, hd, ahead); break;
+      case 3: scores_tile<T, 3>(Q, b.krow, b.kscale, S, r, hd, ahead); break;
+      case 2: scores_tile<T, 2>(Q, b.krow, b.kscale, S, r, hd, ahead); break;
+      default: scores_tile<T, 1>(Q, b.krow, b.kscale, S, r, hd, ahead); break;
     }
   }
 }
@@ -179,11 +201,56 @@ inline void block_softmax(float* S, const FlashBlock& b, float* m, float* l, flo
   }
 }
 
+// values_tile for a Q8_0 cache, each block's scale folded into the probabilities: with
+// P'[i, c, j] = P[r0 + i, j] d[j, block c], O[r] += sum_j P'[., c, j] q[j, block c], so a value
+// row's int8 are only widened (no multiply by its scale per 16 values, for all rows once per
+// key instead). NC even: a pass covers NC / 2 whole blocks.
+template <int NR, int NC>
+inline void values_tile_q8(const float* P, const uint8_t* const* vrow, const float* vscale,
+                           int64_t nb, const float* corr, float* O, int64_t r0, int64_t hd) {
+  constexpr int NBK = NC / 2;  // blocks per pass
+  alignas(64) float Ps[NR][NBK][KB];
+  for (int64_t c0 = 0; c0 < hd; c0 += NC * 16) {
+    const int64_t bk0 = c0 / 32;
+    for (int i = 0; i < NR; ++i)
+      for (int b = 0; b < NBK; ++b)
+        for (int64_t j = 0; j < KB; j += 16)
+          _mm512_store_ps(&Ps[i][b][j], _mm512_mul_ps(_mm512_loadu_ps(P + (r0 + i) * KB + j),
+                                                      _mm512_load_ps(vscale + (bk0 + b) * KB + j)));
+    __m512 acc[NR][NC];
+#pragma GCC unroll 6
+    for (int i = 0; i < NR; ++i) {
+      const __m512 s = _mm512_set1_ps(corr[r0 + i]);
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c)
+        acc[i][c] = _mm512_mul_ps(_mm512_loadu_ps(O + (r0 + i) * hd + c0 + 16 * c), s);
+    }
+    for (int64_t j = 0; j < nb; ++j) {
+      __m512 v[NC];
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) {
+        const __m128i q = _mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(vrow[j] + 34 * (bk0 + c / 2) + 2 + 16 * (c % 2)));
+        v[c] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+      }
+#pragma GCC unroll 6
+      for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c)
+          acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(Ps[i][c / 2][j]), v[c], acc[i][c]);
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) _mm512_storeu_ps(O + (r0 + i) * hd + c0 + 16 * c, acc[i][c]);
+  }
+}
+
 // O[r] = O[r] corr[r] + sum_j P[r, j] V[j] for rows r0 .. r0 + NR - 1, NC * 16 dimensions per
 // pass, each value row widened once per pass.
 template <DType T, int NR, int NC>
-inline void values_tile(const float* P, const uint8_t* const* vrow, int64_t nb,
-                        const float* corr, float* O, int64_t r0, int64_t hd) {
+inline void values_tile_float(const float* P, const uint8_t* const* vrow, int64_t nb,
+                              const float* corr, float* O, int64_t r0, int64_t hd) {
   for (int64_t c0 = 0; c0 < hd; c0 += NC * 16) {
     __m512 acc[NR][NC];
 #pragma GCC unroll 6
@@ -211,18 +278,27 @@ inline void values_tile(const float* P, const uint8_t* const* vrow, int64_t nb,
   }
 }
 
+template <DType T, int NR, int NC>
+inline void values_tile(const float* P, const uint8_t* const* vrow, const float* vscale, int64_t nb,
+                        const float* corr, float* O, int64_t r0, int64_t hd) {
+  if constexpr (T == DType::Q8_0)
+    values_tile_q8<NR, NC>(P, vrow, vscale, nb, corr, O, r0, hd);
+  else
+    values_tile_float<T, NR, NC>(P, vrow, nb, corr, O, r0, hd);
+}
+
 template <DType T, int NC>
-inline void block_values_nc(const float* P, const uint8_t* const* vrow, int64_t nb,
-                            const float* corr, float* O, int64_t first, int64_t end,
+inline void block_values_nc(const float* P, const uint8_t* const* vrow, const float* vscale,
+                            int64_t nb, const float* corr, float* O, int64_t first, int64_t end,
                             int64_t hd) {
   for (int64_t r = first; r < end; r += kMaxTileRows) {
     switch (std::min<int64_t>(kMaxTileRows, end - r)) {
-      case 6: values_tile<T, 6, NC>(P, vrow, nb, corr, O, r, hd); break;
-      case 5: values_tile<T, 5, NC>(P, vrow, nb, corr, O, r, hd); break;
-      case 4: values_tile<T, 4, NC>(P, vrow, nb, corr, O, r, hd); break;
-      case 3: values_tile<T, 3, NC>(P, vrow, nb, corr, O, r, hd); break;
-      case 2: values_tile<T, 2, NC>(P, vrow, nb, corr, O, r, hd); break;
-      default: values_tile<T, 1, NC>(P, vrow, nb, corr, O, r, hd); break;
+      case 6: values_tile<T, 6, NC>(P, vrow, vscale, nb, corr, O, r, hd); break;
+      case 5: values_tile<T, 5, NC>(P, vrow, vscale, nb, corr, O, r, hd); break;
+      case 4: values_tile<T, 4, NC>(P, vrow, vscale, nb, corr, O, r, hd); break;
+      case 3: values_tile<T, 3, NC>(P, vrow, vscale, nb, corr, O, r, hd); break;
+      case 2: values_tile<T, 2, NC>(P, vrow, vscale, nb, corr, O, r, hd); break;
+      default: values_tile<T, 1, NC>(P, vrow, vscale, nb, corr, O, r, hd); break;
     }
   }
 }
@@ -232,27 +308,34 @@ inline void block_values_nc(const float* P, const uint8_t* const* vrow, int64_t 
 // hardware prefetcher follows worse: decode attention of the 1.5B shape at 4096 keys, from
 // memory, 12% faster).
 template <DType T>
-inline void block_values_wide(const float* P, const uint8_t* const* vrow, int64_t nb,
-                              const float* corr, float* O, int64_t first, int64_t end,
+inline void block_values_wide(const float* P, const uint8_t* const* vrow, const float* vscale,
+                              int64_t nb, const float* corr, float* O, int64_t first, int64_t end,
                               int64_t hd) {
   for (int64_t r = first; r < end; r += 3) {
     switch (std::min<int64_t>(3, end - r)) {
-      case 3: values_tile<T, 3, 8>(P, vrow, nb, corr, O, r, hd); break;
-      case 2: values_tile<T, 2, 8>(P, vrow, nb, corr, O, r, hd); break;
-      default: values_tile<T, 1, 8>(P, vrow, nb, corr, O, r, hd); break;
+      case 3: values_tile<T, 3, 8>(P, vrow, vscale, nb, corr, O, r, hd); break;
+      case 2: values_tile<T, 2, 8>(P, vrow, vscale, nb, corr, O, r, hd); break;
+      default: values_tile<T, 1, 8>(P, vrow, vscale, nb, corr, O, r, hd); break;
     }
   }
 }
 
 // 128 dimensions per pass for head_dim 128 and 256, else 64 where head_dim allows, else 32,
-// else 16.
+// else 16. Q8_0 rows, whose widening costs more than their reading, 64 dimensions of up to 6
+// rows per pass for head_dim 128 too, so that each value row is widened once (1.5B shape,
+// depth 4096, 2 threads, 3 alternated runs: 6.28 -> 5.85 ms).
 template <DType T>
-inline void block_values(const float* P, const uint8_t* const* vrow, int64_t nb,
-                         const float* corr, float* O, int64_t first, int64_t end, int64_t hd) {
-  if (hd % 128 == 0) block_values_wide<T>(P, vrow, nb, corr, O, first, end, hd);
-  else if (hd % 64 == 0) block_values_nc<T, 4>(P, vrow, nb, corr, O, first, end, hd);
-  else if (hd % 32 == 0) block_values_nc<T, 2>(P, vrow, nb, corr, O, first, end, hd);
-  else block_values_nc<T, 1>(P, vrow, nb, corr, O, first, end, hd);
+inline void block_values(const float* P, const uint8_t* const* vrow, const float* vscale,
+                         int64_t nb, const float* corr, float* O, int64_t first, int64_t end,
+                         int64_t hd) {
+  if (T != DType::Q8_0 && hd % 128 == 0)
+    block_values_wide<T>(P, vrow, vscale, nb, corr, O, first, end, hd);
+  else if (hd % 64 == 0)
+    block_values_nc<T, 4>(P, vrow, vscale, nb, corr, O, first, end, hd);
+  else if (hd % 32 == 0)
+    block_values_nc<T, 2>(P, vrow, vscale, nb, corr, O, first, end, hd);
+  else if constexpr (T != DType::Q8_0)  // q8_0: head_dim is whole blocks of 32
+    block_values_nc<T, 1>(P, vrow, vscale, nb, corr, O, first, end, hd);
 }
 
 template <DType T>
@@ -261,7 +344,7 @@ void flash_unit(const AttentionArgs& a, const FlashUnit& u, float* work, float* 
   flash_unit_loop(a, u, work, partial, [&](FlashTiles& w, const FlashBlock& b) {
     block_scores<T>(w.Q, b, w.S, hd);
     block_softmax(w.S, b, w.m, w.l, w.corr);
-    block_values<T>(w.S, b.vrow, b.nb, w.corr, w.O, b.first, b.end, hd);
+    block_values<T>(w.S, b.vrow, b.vscale, b.nb, w.corr, w.O, b.first, b.end, hd);
   });
 }
 

@@ -28,11 +28,14 @@ struct FlashTiles {
   }
 };
 
+// A padding key: zero bytes are 0 in every element type (q8_0: scale 0).
+alignas(64) const uint8_t kZeroRow[kFlashMaxHeadDim * sizeof(float)] = {};
+
 // One block of keys as the block functor sees it: rows [first, end) see at least one of its
 // keys; row r sees keys lo[r] .. last[r] (positions); krow / vrow hold kFlashKeyBlock row
 // pointers, padding keys (j >= nb) pointing at zero rows; knext / vnext the same for the unit's
-// next block, for the kernel to prefetch (prefetch_next), null for its last block and for
-// caches that go without (next_row_bytes: the bytes of one row to prefetch).
+// next block, for the kernel to prefetch (prefetch_next), null for its last block
+// (next_row_bytes: the bytes of one row to prefetch).
 struct FlashBlock {
   const uint8_t* const* krow;
   const uint8_t* const* vrow;
@@ -42,7 +45,24 @@ struct FlashBlock {
   const uint8_t* const* knext;
   const uint8_t* const* vnext;
   int64_t next_row_bytes;
+  // Q8_0 caches: the f32 scale of block c of key / value row j at [c * kFlashKeyBlock + j]
+  // (q8_row_scales), converted once per block of keys for all rows and passes; null for f32
+  // and f16.
+  const float* kscale;
+  const float* vscale;
 };
+
+// out[c * KB + j] = the f32 scale of q8_0 block c of rows[j], for the KB rows of a block
+// (padding rows: kZeroRow, scale 0): gathered as f16, then converted 8 at a time.
+inline void q8_row_scales(const uint8_t* const* rows, int64_t nbk, float* out) {
+  constexpr int64_t KB = kFlashKeyBlock;
+  alignas(16) uint16_t h[KB * kFlashMaxHeadDim / 32];
+  for (int64_t j = 0; j < KB; ++j)
+    for (int64_t c = 0; c < nbk; ++c) std::memcpy(&h[c * KB + j], rows[j] + c * 34, 2);
+  for (int64_t i = 0; i < KB * nbk; i += 8)
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h + i))));
+}
 
 // Asks for the cache lines of rows j .. j + 3 of the next block's keys and values (row_bytes
 // each), for a kernel to call once per 4 keys of the current block: decode at depth reads its
@@ -50,8 +70,11 @@ struct FlashBlock {
 // its bursts of arithmetic (efim_bench_attention at depth 4096, 2 threads, medians of 8
 // alternated runs, AVX-512 kernel: f16 100M shape 2.56 -> 2.11 ms, 1.5B shape 6.95 -> 5.79,
 // f32 4.60 -> 3.46; AVX2 kernel: f16 3.55 -> 2.55, 11.5 -> 8.2). Spread over the block like
-// this: all of a block's lines asked for at its start was slower than none. Not for q8_0 rows
-// (34-byte blocks, and its widening, not memory, bounds it: 0.98x). always_inline: a function
+// this: all of a block's lines asked for at its start was slower than none. Q8_0 rows too, once
+// their widening had been cut down (scale tables, scales folded into P: 2026-12-08, Xeon VM,
+// AVX-512 kernel, medians of 3 alternated runs: 100M shape 2.23 -> 2.00 ms, 1.5B shape 7.35 ->
+// 6.30; before that cut, 0.98x). Rows of 68 or 136 bytes packed one after the other: asking
+// for row + 0, row + 64, ... of each reaches every line of the run. always_inline: a function
 // that only prefetches counts as free of side effects, and GCC 12 drops the calls to it that it
 // has not inlined (the prefetches were gone from the binary without it).
 __attribute__((always_inline)) inline void prefetch_rows(const uint8_t* const* krows,
@@ -78,9 +101,6 @@ __attribute__((always_inline)) inline void prefetch_next(const FlashBlock& b, in
     for (int64_t o = 0; o < b.next_row_bytes; o += 64)
       _mm_prefetch(reinterpret_cast<const char*>(rows[j + c] + o), _MM_HINT_T0);
 }
-
-// A padding key: zero bytes are 0 in every element type (q8_0: scale 0).
-alignas(64) const uint8_t kZeroRow[kFlashMaxHeadDim * sizeof(float)] = {};
 
 // Runs unit u: block(tiles, FlashBlock) for each key block the unit's rows see, then writes
 // the normalised rows (u.partial < 0) or each row's (m, l, O) at partial + u.partial. A unit
@@ -128,8 +148,6 @@ void flash_unit_loop(const AttentionArgs& a, const FlashUnit& u, float* work, fl
     }
     for (int64_t j = nb; j < KB; ++j) rows[b][0][j] = rows[b][1][j] = kZeroRow;  // padding, masked
   };
-  // f32 and f16 rows are prefetched (prefetch_rows), q8_0 rows not.
-  const bool prefetch = a.kv_type != DType::Q8_0;
   const auto row_bytes =
       static_cast<int64_t>(dtype_row_bytes(a.kv_type, static_cast<uint64_t>(hd)));
   if (u.k0 < k_end) {
@@ -138,8 +156,7 @@ void flash_unit_loop(const AttentionArgs& a, const FlashUnit& u, float* work, fl
     // (efim_bench_attention, depth 4096, medians of 6-8 alternated runs: f32 100M shape 3.32 ->
     // 3.02 ms; f16 within the noise, 1.00-1.08x in three runs on the 100M shape, 1.02x on the
     // 1.5B shape; a quarter of the block: no gain).
-    if (prefetch)
-      for (int64_t j = 0; j < KB; j += 4) prefetch_rows(rows[0][0], rows[0][1], j, row_bytes);
+    for (int64_t j = 0; j < KB; j += 4) prefetch_rows(rows[0][0], rows[0][1], j, row_bytes);
   }
   // Writes the rows' (m, l, O) of the run's cell c and starts the next cell afresh.
   const int64_t cell0 = u.k0 / kFlashKeyCell;
@@ -158,6 +175,8 @@ void flash_unit_loop(const AttentionArgs& a, const FlashUnit& u, float* work, fl
     }
     ++cell;
   };
+  alignas(64) float kscale[KB * kFlashMaxHeadDim / 32], vscale[KB * kFlashMaxHeadDim / 32];
+  const bool q8 = a.kv_type == DType::Q8_0;
   int64_t first = 0;  // rows [0, first) see no key from kb0 on
   for (int64_t kb0 = u.k0, b = 0; kb0 < k_end; kb0 += KB, b ^= 1) {
     if (u.partial >= 0)
@@ -165,14 +184,17 @@ void flash_unit_loop(const AttentionArgs& a, const FlashUnit& u, float* work, fl
     const int64_t nb = k_end - kb0 < KB ? k_end - kb0 : KB;
     const bool has_next = kb0 + KB < k_end;
     if (has_next) point(kb0 + KB, static_cast<int>(b ^ 1));
-    const bool ahead = has_next && prefetch;
     while (last[first] < kb0) ++first;  // the last row always sees kb0 < k_end
     int64_t end = R;  // rows [end, R) see no key before kb0 + nb (their window starts later)
     while (end > first && lo[end - 1] >= kb0 + nb) --end;
     if (end == first) continue;
+    if (q8) {
+      q8_row_scales(rows[b][0], hd / 32, kscale);
+      q8_row_scales(rows[b][1], hd / 32, vscale);
+    }
     block(w, FlashBlock{rows[b][0], rows[b][1], kb0, nb, first, end, lo, last,
-                        ahead ? rows[b ^ 1][0] : nullptr, ahead ? rows[b ^ 1][1] : nullptr,
-                        row_bytes});
+                        has_next ? rows[b ^ 1][0] : nullptr, has_next ? rows[b ^ 1][1] : nullptr,
+                        row_bytes, q8 ? kscale : nullptr, q8 ? vscale : nullptr});
   }
   if (u.partial >= 0) {  // (m, l, O) per row and cell, merged with the other key ranges later
     while (cell < key_cells(u.k0, u.k1)) write_cell();
