@@ -51,7 +51,6 @@ namespace {
 
 constexpr int64_t KB = kFlashKeyBlock;
 constexpr int kMaxTileRows = 6;  // rows per pass: 6 x 4 sums (scores), 6 x 4 vectors (values)
-                                 // (3 x 8 vectors for wide heads)
 
 // Values d .. d + 15 of one head's K or V row of an f32 or f16 cache, as f32. Q8_0 rows are
 // widened a block of 32 values at a time by the tiles themselves (widen_q8), their scales
@@ -303,34 +302,20 @@ inline void block_values_nc(const float* P, const uint8_t* const* vrow, const fl
   }
 }
 
-// head_dim 128 and 256: 3 rows x 128 dimensions per pass, so that each value row is read
-// whole and in order (6 rows x 64 dimensions read half rows 256 bytes apart, which the
-// hardware prefetcher follows worse: decode attention of the 1.5B shape at 4096 keys, from
-// memory, 12% faster).
-template <DType T>
-inline void block_values_wide(const float* P, const uint8_t* const* vrow, const float* vscale,
-                              int64_t nb, const float* corr, float* O, int64_t first, int64_t end,
-                              int64_t hd) {
-  for (int64_t r = first; r < end; r += 3) {
-    switch (std::min<int64_t>(3, end - r)) {
-      case 3: values_tile<T, 3, 8>(P, vrow, vscale, nb, corr, O, r, hd); break;
-      case 2: values_tile<T, 2, 8>(P, vrow, vscale, nb, corr, O, r, hd); break;
-      default: values_tile<T, 1, 8>(P, vrow, vscale, nb, corr, O, r, hd); break;
-    }
-  }
-}
-
-// 128 dimensions per pass for head_dim 128 and 256, else 64 where head_dim allows, else 32,
-// else 16. Q8_0 rows, whose widening costs more than their reading, 64 dimensions of up to 6
-// rows per pass for head_dim 128 too, so that each value row is widened once (1.5B shape,
-// depth 4096, 2 threads, 3 alternated runs: 6.28 -> 5.85 ms).
+// 64 dimensions of up to 6 rows per pass where head_dim allows, else 32, else 16: each value
+// row widened once for up to 6 query rows. For head_dim 128 and 256 that reads half rows, and
+// passes of 3 rows x 128 dimensions, which read whole rows in order, used to win (12% on the
+// 1.5B shape, 2026-12-04 on the AMD AVX-512 VM, when only the hardware prefetched the K/V; not
+// measured there since); with the next block prefetched
+// (flash_loop.h) the 6-row passes are as fast or faster (2026-12-08, Xeon VM, depth 4096, 2
+// threads, alternated runs: f16 1.5B shape 28 x 12/2 x 128 faster in 6 of 6 pairs, 1.01-1.14x;
+// CodeGemma's 18 x 8/1 x 256 1.01-1.05x; f32 0.94-1.01x; q8_0 6.28 -> 5.85 ms, its value rows
+// widened once instead of twice).
 template <DType T>
 inline void block_values(const float* P, const uint8_t* const* vrow, const float* vscale,
                          int64_t nb, const float* corr, float* O, int64_t first, int64_t end,
                          int64_t hd) {
-  if (T != DType::Q8_0 && hd % 128 == 0)
-    block_values_wide<T>(P, vrow, vscale, nb, corr, O, first, end, hd);
-  else if (hd % 64 == 0)
+  if (hd % 64 == 0)
     block_values_nc<T, 4>(P, vrow, vscale, nb, corr, O, first, end, hd);
   else if (hd % 32 == 0)
     block_values_nc<T, 2>(P, vrow, vscale, nb, corr, O, first, end, hd);
