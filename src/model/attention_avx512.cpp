@@ -14,7 +14,7 @@
 //   O[r] = O[r] corr[r] + sum_j P[r, j] V[j]   up to 6 rows x 64 dimensions per pass
 // Q8_0 caches cost more in widening their int8 than in reading them, so their block scales come
 // converted once per key block (flash_loop.h's q8_row_scales): keys are scaled per 32 values
-// with a broadcast from that table, and the values' scales are folded into P (values_tile_q8).
+// with a broadcast from that table, and the values' scales are folded into P (values_tile).
 // Every row's arithmetic is the same whichever rows share its passes and whatever unit it is in,
 // which with attention() cutting every key range at fixed positions makes the kernel batch-
 // invariant (detail::FlashKernel): a row does not depend on the chunking of its prompt, on the
@@ -34,6 +34,7 @@
 #include <limits>
 
 #include "model/ops_internal.h"
+#include "tensor/quant.h"
 
 #ifdef EFIM_AVX512_EMULATED
 #include "backend/cpu/avx512_emulation.h"
@@ -83,10 +84,10 @@ inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, u));
 }
 
-// 16 int8 values of a q8_0 block at qs, times the block's scale s.
-inline __m512 widen_q8(const uint8_t* qs, __m512 s) {
+// 16 int8 values of a q8_0 block from qs, as f32 (unscaled).
+inline __m512 widen_q8(const int8_t* qs) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
 }
 
 // S[r, j] = Q[r] . K[j] for rows r0 .. r0 + NR - 1 and all KB keys, 4 keys per pass, each key
@@ -109,8 +110,9 @@ inline void scores_tile(const float* Q, const uint8_t* const* krow, const float*
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
           const __m512 s = _mm512_set1_ps(kscale[bk * KB + j + c]);
-          const uint8_t* qs = krow[j + c] + 34 * bk + 2;
-          const __m512 k0 = widen_q8(qs, s), k1 = widen_q8(qs + 16, s);
+          const int8_t* qs = q8_block(krow[j + c], bk)->qs;
+          const __m512 k0 = _mm512_mul_ps(s, widen_q8(qs));
+          const __m512 k1 = _mm512_mul_ps(s, widen_q8(qs + 16));
 #pragma GCC unroll 6
           for (int i = 0; i < NR; ++i) {
             acc[i][c] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (r0 + i) * hd), k0, acc[i][c]);
@@ -200,22 +202,26 @@ inline void block_softmax(float* S, const FlashBlock& b, float* m, float* l, flo
   }
 }
 
-// values_tile for a Q8_0 cache, each block's scale folded into the probabilities: with
-// P'[i, c, j] = P[r0 + i, j] d[j, block c], O[r] += sum_j P'[., c, j] q[j, block c], so a value
-// row's int8 are only widened (no multiply by its scale per 16 values, for all rows once per
-// key instead). NC even: a pass covers NC / 2 whole blocks.
-template <int NR, int NC>
-inline void values_tile_q8(const float* P, const uint8_t* const* vrow, const float* vscale,
-                           int64_t nb, const float* corr, float* O, int64_t r0, int64_t hd) {
-  constexpr int NBK = NC / 2;  // blocks per pass
-  alignas(64) float Ps[NR][NBK][KB];
+// O[r] = O[r] corr[r] + sum_j P[r, j] V[j] for rows r0 .. r0 + NR - 1, NC * 16 dimensions per
+// pass, each value row widened once per pass. Q8_0: each block's scale is folded into the
+// probabilities, P'[i, b, j] = P[r0 + i, j] d[j, block bk0 + b], so that a value row's int8 are
+// only widened (no multiply by their scale per 16 values; NC even, a pass covers NC / 2 blocks).
+template <DType T, int NR, int NC>
+inline void values_tile(const float* P, const uint8_t* const* vrow, const float* vscale,
+                        int64_t nb, const float* corr, float* O, int64_t r0, int64_t hd) {
+  constexpr bool q8 = T == DType::Q8_0;
+  static_assert(!q8 || NC % 2 == 0);
+  constexpr int NBK = q8 ? NC / 2 : 1;  // q8_0 blocks per pass
+  [[maybe_unused]] alignas(64) float Ps[q8 ? NR : 1][NBK][KB];
   for (int64_t c0 = 0; c0 < hd; c0 += NC * 16) {
     const int64_t bk0 = c0 / 32;
-    for (int i = 0; i < NR; ++i)
-      for (int b = 0; b < NBK; ++b)
-        for (int64_t j = 0; j < KB; j += 16)
-          _mm512_store_ps(&Ps[i][b][j], _mm512_mul_ps(_mm512_loadu_ps(P + (r0 + i) * KB + j),
-                                                      _mm512_load_ps(vscale + (bk0 + b) * KB + j)));
+    if constexpr (q8)
+      for (int i = 0; i < NR; ++i)
+        for (int b = 0; b < NBK; ++b)
+          for (int64_t j = 0; j < KB; j += 16)
+            _mm512_store_ps(&Ps[i][b][j],
+                            _mm512_mul_ps(_mm512_loadu_ps(P + (r0 + i) * KB + j),
+                                          _mm512_load_ps(vscale + (bk0 + b) * KB + j)));
     __m512 acc[NR][NC];
 #pragma GCC unroll 6
     for (int i = 0; i < NR; ++i) {
@@ -228,62 +234,26 @@ inline void values_tile_q8(const float* P, const uint8_t* const* vrow, const flo
       __m512 v[NC];
 #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) {
-        const __m128i q = _mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(vrow[j] + 34 * (bk0 + c / 2) + 2 + 16 * (c % 2)));
-        v[c] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+        if constexpr (q8)
+          v[c] = widen_q8(q8_block(vrow[j], bk0 + c / 2)->qs + 16 * (c % 2));
+        else
+          v[c] = load16<T>(vrow[j], c0 + 16 * c);
       }
 #pragma GCC unroll 6
       for (int i = 0; i < NR; ++i)
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c)
-          acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(Ps[i][c / 2][j]), v[c], acc[i][c]);
+        for (int c = 0; c < NC; ++c) {
+          float p;
+          if constexpr (q8) p = Ps[i][c / 2][j];
+          else p = P[(r0 + i) * KB + j];
+          acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(p), v[c], acc[i][c]);
+        }
     }
 #pragma GCC unroll 6
     for (int i = 0; i < NR; ++i)
 #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) _mm512_storeu_ps(O + (r0 + i) * hd + c0 + 16 * c, acc[i][c]);
   }
-}
-
-// O[r] = O[r] corr[r] + sum_j P[r, j] V[j] for rows r0 .. r0 + NR - 1, NC * 16 dimensions per
-// pass, each value row widened once per pass.
-template <DType T, int NR, int NC>
-inline void values_tile_float(const float* P, const uint8_t* const* vrow, int64_t nb,
-                              const float* corr, float* O, int64_t r0, int64_t hd) {
-  for (int64_t c0 = 0; c0 < hd; c0 += NC * 16) {
-    __m512 acc[NR][NC];
-#pragma GCC unroll 6
-    for (int i = 0; i < NR; ++i) {
-      const __m512 s = _mm512_set1_ps(corr[r0 + i]);
-#pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c)
-        acc[i][c] = _mm512_mul_ps(_mm512_loadu_ps(O + (r0 + i) * hd + c0 + 16 * c), s);
-    }
-    for (int64_t j = 0; j < nb; ++j) {
-      __m512 v[NC];
-#pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) v[c] = load16<T>(vrow[j], c0 + 16 * c);
-#pragma GCC unroll 6
-      for (int i = 0; i < NR; ++i) {
-        const __m512 p = _mm512_set1_ps(P[(r0 + i) * KB + j]);
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_fmadd_ps(p, v[c], acc[i][c]);
-      }
-    }
-#pragma GCC unroll 6
-    for (int i = 0; i < NR; ++i)
-#pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) _mm512_storeu_ps(O + (r0 + i) * hd + c0 + 16 * c, acc[i][c]);
-  }
-}
-
-template <DType T, int NR, int NC>
-inline void values_tile(const float* P, const uint8_t* const* vrow, const float* vscale, int64_t nb,
-                        const float* corr, float* O, int64_t r0, int64_t hd) {
-  if constexpr (T == DType::Q8_0)
-    values_tile_q8<NR, NC>(P, vrow, vscale, nb, corr, O, r0, hd);
-  else
-    values_tile_float<T, NR, NC>(P, vrow, nb, corr, O, r0, hd);
 }
 
 template <DType T, int NC>

@@ -5,11 +5,12 @@
 // softmax, values) is the caller's `block` functor, in the caller's instruction set.
 //
 // Included by those two files only, after their `#pragma GCC target` and after <cmath>,
-// <cstdint>, <limits> and their intrinsics (<immintrin.h> or SIMDe's emulation: _mm_prefetch),
-// so no standard header is compiled for their target here.
+// <cstdint>, <limits>, the project headers included here and their intrinsics (<immintrin.h>
+// or SIMDe's emulation: _mm_prefetch), so no standard header is compiled for their target here.
 #pragma once
 
 #include "model/ops_internal.h"
+#include "tensor/quant.h"
 
 namespace efim::ops::detail {
 namespace {  // internal linkage: one copy per instruction set
@@ -52,13 +53,18 @@ struct FlashBlock {
   const float* vscale;
 };
 
+// Block b of a q8_0 K/V row (head_dim / 32 blocks, one after another).
+inline const BlockQ8_0* q8_block(const uint8_t* row, int64_t b) {
+  return reinterpret_cast<const BlockQ8_0*>(row) + b;
+}
+
 // out[c * KB + j] = the f32 scale of q8_0 block c of rows[j], for the KB rows of a block
 // (padding rows: kZeroRow, scale 0): gathered as f16, then converted 8 at a time.
 inline void q8_row_scales(const uint8_t* const* rows, int64_t nbk, float* out) {
   constexpr int64_t KB = kFlashKeyBlock;
   alignas(16) uint16_t h[KB * kFlashMaxHeadDim / 32];
   for (int64_t j = 0; j < KB; ++j)
-    for (int64_t c = 0; c < nbk; ++c) std::memcpy(&h[c * KB + j], rows[j] + c * 34, 2);
+    for (int64_t c = 0; c < nbk; ++c) std::memcpy(&h[c * KB + j], &q8_block(rows[j], c)->d, 2);
   for (int64_t i = 0; i < KB * nbk; i += 8)
     _mm256_storeu_ps(out + i,
                      _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h + i))));

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "model/ops_internal.h"
+#include "tensor/quant.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
@@ -173,7 +174,7 @@ constexpr int64_t KB = kFlashKeyBlock;
 
 // Values d .. d + 7 of one head's K or V row of an f32 or f16 cache, as f32. Q8_0 rows are
 // widened a block of 32 values at a time by the tiles themselves (direct_scores,
-// value_tile_q8), their scales converted once per key block (FlashBlock::kscale, vscale).
+// value_tile), their scales converted once per key block (FlashBlock::kscale, vscale).
 template <DType T>
 inline __m256 load8(const uint8_t* row, int64_t d) {
   if constexpr (T == DType::F32) {
@@ -184,60 +185,34 @@ inline __m256 load8(const uint8_t* row, int64_t d) {
   }
 }
 
-// 8 int8 values of a q8_0 block at qs, as f32 (unscaled).
-inline __m256 widen8_q8(const uint8_t* qs) {
+// 8 int8 values of a q8_0 block from qs, as f32 (unscaled).
+inline __m256 widen8_q8(const int8_t* qs) {
   const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs));
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-}
-
-// value_tile for a Q8_0 cache, each block's scale folded into the probabilities: with
-// P'[i, b, j] = P[r0 + i, j] d[j, block b], O[r] += sum_j P'[., b, j] q[j, block b], so a value
-// row's int8 are only widened, not multiplied by their scale per 8 values (as in the AVX-512
-// kernel's values_tile_q8). A pass of NC * 8 dimensions from c0 lies in NBK blocks from c0 / 32.
-template <int NR, int NC>
-inline void value_tile_q8(const float* P, const uint8_t* const* vrow, const float* vscale,
-                          int64_t nb, const float* corr, float* O, int64_t r0, int64_t hd) {
-  constexpr int NBK = (NC * 8 + 31) / 32;
-  alignas(32) float Ps[NR][NBK][KB];
-  for (int64_t c0 = 0; c0 < hd; c0 += NC * 8) {
-    const int64_t bk0 = c0 / 32;
-    for (int i = 0; i < NR; ++i)
-      for (int b = 0; b < NBK; ++b)
-        for (int64_t j = 0; j < KB; j += 8)
-          _mm256_store_ps(&Ps[i][b][j], _mm256_mul_ps(_mm256_loadu_ps(P + (r0 + i) * KB + j),
-                                                      _mm256_load_ps(vscale + (bk0 + b) * KB + j)));
-    __m256 acc[NR][NC];
-#pragma GCC unroll 8
-    for (int i = 0; i < NR; ++i) {
-      const __m256 s = _mm256_set1_ps(corr[r0 + i]);
-#pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c)
-        acc[i][c] = _mm256_mul_ps(_mm256_loadu_ps(O + (r0 + i) * hd + c0 + 8 * c), s);
-    }
-    for (int64_t j = 0; j < nb; ++j) {
-#pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) {
-        const int64_t d = c0 + 8 * c, b = d / 32;
-        const __m256 v = widen8_q8(vrow[j] + 34 * b + 2 + d % 32);
-#pragma GCC unroll 8
-        for (int i = 0; i < NR; ++i)
-          acc[i][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&Ps[i][b - bk0][j]), v, acc[i][c]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < NR; ++i)
-#pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) _mm256_storeu_ps(O + (r0 + i) * hd + c0 + 8 * c, acc[i][c]);
-  }
 }
 
 // O[r] = O[r] * corr[r] + sum_j P[r, j] V[j] for NR rows, NC * 8 dimensions per pass: per key
 // the NR probabilities broadcast once, then each 8 values of V widened once for all NR rows
 // (NR * NC accumulators, NR broadcasts and one widened V vector in registers: 16 for 3 x 4).
+// Q8_0: each block's scale is folded into the probabilities, P'[i, b, j] = P[r0 + i, j]
+// d[j, block bk0 + b], so that a value row's int8 are only widened, not multiplied by their
+// scale per 8 values (as in the AVX-512 kernel); a pass from c0 lies in NBK blocks from c0 / 32,
+// and each FMA broadcasts its P' (no room for NR of them in the 16 registers).
 template <DType T, int NR, int NC>
-inline void value_tile_float(const float* P, const uint8_t* const* vrow, int64_t nb,
-                             const float* corr, float* O, int64_t r0, int64_t hd) {
+inline void value_tile(const float* P, const uint8_t* const* vrow, const float* vscale,
+                       int64_t nb, const float* corr, float* O, int64_t r0, int64_t hd) {
+  constexpr bool q8 = T == DType::Q8_0;
+  constexpr int NBK = q8 ? (NC * 8 + 31) / 32 : 1;
+  [[maybe_unused]] alignas(32) float Ps[q8 ? NR : 1][NBK][KB];
   for (int64_t c0 = 0; c0 < hd; c0 += NC * 8) {
+    const int64_t bk0 = c0 / 32;
+    if constexpr (q8)
+      for (int i = 0; i < NR; ++i)
+        for (int b = 0; b < NBK; ++b)
+          for (int64_t j = 0; j < KB; j += 8)
+            _mm256_store_ps(&Ps[i][b][j],
+                            _mm256_mul_ps(_mm256_loadu_ps(P + (r0 + i) * KB + j),
+                                          _mm256_load_ps(vscale + (bk0 + b) * KB + j)));
     __m256 acc[NR][NC];
 #pragma GCC unroll 8
     for (int i = 0; i < NR; ++i) {
@@ -247,14 +222,24 @@ inline void value_tile_float(const float* P, const uint8_t* const* vrow, int64_t
         acc[i][c] = _mm256_mul_ps(_mm256_loadu_ps(O + (r0 + i) * hd + c0 + 8 * c), s);
     }
     for (int64_t j = 0; j < nb; ++j) {
-      __m256 p[NR];
+      [[maybe_unused]] __m256 p[NR];
+      if constexpr (!q8) {
 #pragma GCC unroll 8
-      for (int i = 0; i < NR; ++i) p[i] = _mm256_broadcast_ss(P + (r0 + i) * KB + j);
+        for (int i = 0; i < NR; ++i) p[i] = _mm256_broadcast_ss(P + (r0 + i) * KB + j);
+      }
 #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) {
-        const __m256 v = load8<T>(vrow[j], c0 + 8 * c);
+        const int64_t d = c0 + 8 * c;
+        __m256 v;
+        if constexpr (q8) v = widen8_q8(q8_block(vrow[j], d / 32)->qs + d % 32);
+        else v = load8<T>(vrow[j], d);
 #pragma GCC unroll 8
-        for (int i = 0; i < NR; ++i) acc[i][c] = _mm256_fmadd_ps(p[i], v, acc[i][c]);
+        for (int i = 0; i < NR; ++i) {
+          __m256 pi;
+          if constexpr (q8) pi = _mm256_broadcast_ss(&Ps[i][d / 32 - bk0][j]);
+          else pi = p[i];
+          acc[i][c] = _mm256_fmadd_ps(pi, v, acc[i][c]);
+        }
       }
     }
 #pragma GCC unroll 8
@@ -262,15 +247,6 @@ inline void value_tile_float(const float* P, const uint8_t* const* vrow, int64_t
 #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) _mm256_storeu_ps(O + (r0 + i) * hd + c0 + 8 * c, acc[i][c]);
   }
-}
-
-template <DType T, int NR, int NC>
-inline void value_tile(const float* P, const uint8_t* const* vrow, const float* vscale, int64_t nb,
-                       const float* corr, float* O, int64_t r0, int64_t hd) {
-  if constexpr (T == DType::Q8_0)
-    value_tile_q8<NR, NC>(P, vrow, vscale, nb, corr, O, r0, hd);
-  else
-    value_tile_float<T, NR, NC>(P, vrow, nb, corr, O, r0, hd);
 }
 
 // The sums of four vectors, [sum a0, sum a1, sum a2, sum a3], by unpacks and shuffles (on
@@ -307,7 +283,7 @@ inline void direct_scores(const float* Q, const uint8_t* const* krow, const floa
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
           const __m256 s = _mm256_broadcast_ss(kscale + b * KB + j + c);
-          const uint8_t* qs = krow[j + c] + 34 * b + 2;
+          const int8_t* qs = q8_block(krow[j + c], b)->qs;
 #pragma GCC unroll 4
           for (int64_t d = 0; d < 32; d += 8) {
             const __m256 k = _mm256_mul_ps(s, widen8_q8(qs + d));
